@@ -1,0 +1,76 @@
+"""Human-readable plan tables (rich), printed to stdout."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from generator.plan import Plan
+
+__all__ = ["print_plan"]
+
+
+def print_plan(plan: Plan) -> None:
+    console = Console(highlight=False)
+    console.print(
+        f"[bold]{plan.stack}[/bold]: {plan.topology.value}, {plan.profile.value} profile, "
+        f"{len(plan.prefill)}P{len(plan.decode)}D, {plan.network} network, "
+        f"RDMA {'on' if plan.rdma else 'off'}, router {plan.router.kind.value} "
+        f"at {plan.router.advertise_host}:{plan.router.port}"
+    )
+    console.print(_engines(plan))
+    console.print(_ports(plan))
+    for line in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {line}")
+
+
+def _engines(plan: Plan) -> Table:
+    devices = "GPUs" if plan.profile.value == "gpu" else "cores"
+    table = Table(title="engines", title_justify="left")
+    for column in ("engine", "host", devices, "TP", "http", "KV ports"):
+        table.add_column(column)
+    for engine in plan.engines:
+        ids = engine.gpus or engine.cpus
+        if engine.side_channel_ports:
+            kv = f"nixl {_span(engine.side_channel_ports)}"
+        elif engine.pd_init_ports:
+            kv = f"init {_span(engine.pd_init_ports)} alloc {_span(engine.pd_alloc_ports)}"
+        else:
+            kv = "-"
+        table.add_row(
+            engine.name,
+            engine.host,
+            ",".join(map(str, ids)),
+            str(engine.tp),
+            str(engine.http_port),
+            kv,
+        )
+    return table
+
+
+def _ports(plan: Plan) -> Table:
+    table = Table(title="ports (unique per host)", title_justify="left")
+    for column in ("host", "port", "service", "purpose"):
+        table.add_column(column)
+    for host, first, last, owner, purpose in _port_runs(plan):
+        span = str(first) if first == last else f"{first}-{last}"
+        table.add_row(host, span, owner, purpose)
+    return table
+
+
+def _port_runs(plan: Plan) -> list[tuple[str, int, int, str, str]]:
+    """Consecutive ports of one owner and purpose (per-TP-rank blocks) as one row."""
+    runs: list[tuple[str, int, int, str, str]] = []
+    for use in plan.ports:
+        purpose = use.purpose.split(" (tp rank")[0]
+        if runs:
+            host, first, last, owner, previous = runs[-1]
+            if (host, owner, previous, last + 1) == (use.host, use.owner, purpose, use.port):
+                runs[-1] = (host, first, use.port, owner, purpose)
+                continue
+        runs.append((use.host, use.port, use.port, use.owner, purpose))
+    return runs
+
+
+def _span(ports: tuple[int, ...]) -> str:
+    return str(ports[0]) if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"

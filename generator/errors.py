@@ -1,0 +1,92 @@
+"""The one error tree of xpyd-stacks.
+
+::
+
+    XpydError                 what happened + what to do (``hint``); the CLI prints it and exits 1
+    ├── SpecError             the stack file is invalid (one or more ``SpecIssue``)
+    ├── PlanError             the stack does not fit its hosts (GPUs, cores, ports)
+    ├── RenderError           a template or rendered file is wrong (a bug or a bad template edit)
+    ├── DriftError            ``render --check``: committed output differs from a fresh render
+    ├── DockerError           a docker / docker compose call failed (what ran and what it printed)
+    └── StackError            a running stack misbehaved (unhealthy service, failed smoke verdict)
+
+Third-party exceptions are translated into these in exactly one place each (pydantic in
+``spec.py``, python-on-whales in ``docker.py``), always ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DockerError",
+    "DriftError",
+    "PlanError",
+    "RenderError",
+    "SpecError",
+    "SpecIssue",
+    "StackError",
+    "XpydError",
+]
+
+
+class XpydError(Exception):
+    """An expected failure: ``message`` says what happened, ``hint`` what to do next."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  fix: {self.hint}" if self.hint else self.message
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a stack file: the dotted field, what is wrong, and how to fix it."""
+
+    field: str
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}\n    fix: {self.fix}"
+
+
+class SpecError(XpydError):
+    def __init__(self, source: str, issues: list[SpecIssue]) -> None:
+        self.source = source
+        self.issues = issues
+        noun = "problem" if len(issues) == 1 else "problems"
+        body = "\n".join(f"  - {issue}" for issue in issues)
+        super().__init__(f"{source}: {len(issues)} {noun} in the stack spec\n{body}")
+
+
+class PlanError(XpydError):
+    """The spec is well-formed but cannot be placed: not enough GPUs, colliding ports, ..."""
+
+    def __init__(self, field: str, problem: str, *, fix: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {problem}", hint=fix)
+
+
+class RenderError(XpydError):
+    pass
+
+
+class DriftError(XpydError):
+    pass
+
+
+class DockerError(XpydError):
+    """A docker call failed; ``command`` is what ran and ``output`` what it printed."""
+
+    def __init__(self, message: str, *, command: list[str], output: str, hint: str = "") -> None:
+        self.command = command
+        self.output = output
+        super().__init__(message, hint=hint)
+
+
+class StackError(XpydError):
+    pass

@@ -1,0 +1,67 @@
+"""Per-host port bookkeeping: fixed ports first, then deterministic first-fit blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from generator.errors import PlanError
+from generator.plan.models import PortUse
+
+__all__ = ["PortBook"]
+
+_MAX_PORT = 65535
+
+
+@dataclass
+class _Claim:
+    owner: str
+    purpose: str
+    field: str
+
+
+@dataclass
+class PortBook:
+    """All ports claimed so far, per host. Claims never overlap on one host."""
+
+    _claims: dict[str, dict[int, _Claim]] = field(default_factory=dict)
+
+    def claim_fixed(self, host: str, port: int, *, owner: str, purpose: str, field: str) -> int:
+        """A port the user wrote down: a collision is the user's to fix, so name both fields."""
+        taken = self._claims.setdefault(host, {}).get(port)
+        if taken is not None:
+            raise PlanError(
+                field,
+                f"port {port} on host {host} is already used by {taken.owner} ({taken.purpose}, "
+                f"from {taken.field})",
+                fix="give each service on the same host its own port",
+            )
+        self._claims[host][port] = _Claim(owner, purpose, field)
+        return port
+
+    def claim_block(
+        self, host: str, preferred: int, size: int, *, owner: str, purpose: str, field: str
+    ) -> tuple[int, ...]:
+        """The first ``size`` consecutive free ports at or above ``preferred``."""
+        used = self._claims.setdefault(host, {})
+        start = preferred
+        while start + size - 1 <= _MAX_PORT:
+            clash = next((p for p in range(start, start + size) if p in used), None)
+            if clash is None:
+                ports = tuple(range(start, start + size))
+                for rank, port in enumerate(ports):
+                    label = purpose if size == 1 else f"{purpose} (tp rank {rank})"
+                    used[port] = _Claim(owner, label, field)
+                return ports
+            start = clash + 1
+        raise PlanError(
+            field,
+            f"no {size} free consecutive ports at or above {preferred} on host {host}",
+            fix=f"lower {field} so the stack's ports fit below {_MAX_PORT}",
+        )
+
+    def table(self) -> tuple[PortUse, ...]:
+        return tuple(
+            PortUse(host=host, port=port, owner=claim.owner, purpose=claim.purpose)
+            for host, claims in self._claims.items()
+            for port, claim in sorted(claims.items())
+        )

@@ -1,0 +1,139 @@
+"""Compose projects as data: one per host, dumped to YAML (never templated YAML text)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from generator.plan import Plan
+from generator.render.images import ImageBuild
+from generator.render.lmcache import lmcache_pd_config
+from generator.render.router import proxy_config
+from generator.render.services import engine_service, lmcache_service, router_service
+from generator.spec import RouterKind, Topology
+
+__all__ = ["ComposeProject", "compose_projects", "dump_yaml", "project_name"]
+
+_MODEL_CACHE_VOLUME = "xpyd-model-cache"  # shared by every stack on a host: download once
+
+
+@dataclass(frozen=True)
+class ComposeProject:
+    host: str
+    name: str
+    directory: PurePosixPath  # relative to the workspace root
+    document: dict[str, Any]
+    files: dict[PurePosixPath, str] = field(default_factory=dict)  # beside compose.yaml
+
+    @property
+    def compose_file(self) -> PurePosixPath:
+        return self.directory / "compose.yaml"
+
+
+def project_name(plan: Plan, host: str) -> str:
+    return f"xpyd-{plan.stack}" if not plan.is_multi_host else f"xpyd-{plan.stack}-{host}"
+
+
+def compose_projects(plan: Plan, images: list[ImageBuild]) -> list[ComposeProject]:
+    return [_project(plan, host.name, images) for host in plan.hosts if host.services]
+
+
+def _project(plan: Plan, host: str, images: list[ImageBuild]) -> ComposeProject:
+    directory = PurePosixPath("compose") / plan.stack
+    if plan.is_multi_host:
+        directory /= host
+    root = PurePosixPath(os.path.relpath(".", directory))
+    by_role = {image.role: _image_ref(image, root) for image in images}
+    services: dict[str, Any] = {}
+    configs: dict[str, Any] = {}
+    files: dict[PurePosixPath, str] = {}
+    for engine in plan.engines_on(host):
+        config = None
+        if plan.topology is Topology.LMCACHE_PD:
+            config = f"lmcache-{engine.name}"
+            relative = PurePosixPath("lmcache") / f"{engine.name}.yaml"
+            files[relative] = dump_yaml(lmcache_pd_config(plan, engine), header=_header(plan))
+            configs[config] = {"file": f"./{relative}"}
+        if engine.lmcache_server is not None:
+            server = engine.lmcache_server.service
+            services[server] = lmcache_service(plan, engine, by_role["lmcache"])
+        services[engine.name] = engine_service(plan, engine, by_role[engine.role.value], config)
+    if plan.router.host == host:
+        config = None
+        if plan.router.kind is RouterKind.PROXY:
+            config = "proxy"
+            files[PurePosixPath("router.yaml")] = dump_yaml(
+                proxy_config(plan), header=_header(plan)
+            )
+            configs[config] = {"file": "./router.yaml"}
+        services[plan.router.service] = router_service(plan, by_role["router"], config)
+    document = _document(plan, host, services, configs, root)
+    return ComposeProject(host, project_name(plan, host), directory, document, files)
+
+
+def _document(
+    plan: Plan, host: str, services: dict[str, Any], configs: dict[str, Any], root: PurePosixPath
+) -> dict[str, Any]:
+    document: dict[str, Any] = {"name": project_name(plan, host), "services": services}
+    engines_here = bool(plan.engines_on(host))
+    if engines_here:
+        document["volumes"] = {"model-cache": _model_volume(plan)}
+    if configs:
+        document["configs"] = configs
+    secrets = _secrets(plan, root)
+    if secrets and engines_here:
+        document["secrets"] = secrets
+    document["x-xpyd"] = {"stack": plan.stack, "host": host, "topology": plan.topology.value}
+    return document
+
+
+def _image_ref(image: ImageBuild, root: PurePosixPath) -> dict[str, Any]:
+    return {
+        "image": image.tag,
+        "build": {"context": str(root), "dockerfile": str(image.dockerfile)},
+    }
+
+
+def _model_volume(plan: Plan) -> dict[str, Any]:
+    volume: dict[str, Any] = {"name": _MODEL_CACHE_VOLUME}
+    if plan.spec.hf.cache_dir:
+        volume["driver"] = "local"
+        volume["driver_opts"] = {"type": "none", "o": "bind", "device": plan.spec.hf.cache_dir}
+    return volume
+
+
+def _secrets(plan: Plan, root: PurePosixPath) -> dict[str, Any]:
+    token = plan.spec.hf.token
+    if token is None:
+        return {}
+    if token.env:
+        return {"hf_token": {"environment": token.env}}
+    if token.file:
+        path = token.file if token.file.startswith("/") else str(root / token.file)
+        return {"hf_token": {"file": path}}
+    return {}
+
+
+def _header(plan: Plan) -> str:
+    return (
+        f"# Rendered by xpyd-stacks from stacks/{plan.stack}.yaml: do not edit, re-render with\n"
+        f"#   python -m generator render {plan.stack}\n"
+    )
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No ``&id001`` anchors: services that share a build section each spell it out."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(data: Any, *, header: str = "") -> str:
+    body = yaml.dump(
+        data, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=100_000
+    )
+    return header + body

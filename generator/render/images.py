@@ -1,0 +1,115 @@
+"""The images a stack builds: which Dockerfile, which tag, which base, in build order.
+
+Tags are content-addressed (``<registry>/<role>:<hash of the Dockerfile and the files it
+copies>``), so stacks with identical images share them and a changed pin gets a new tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.render.jinja import render_template
+from generator.spec import Profile, RouterKind, Topology
+from generator.versions import PackagePins, load_versions
+
+__all__ = ["ENGINE_LOCK", "ROUTER_LOCK", "ImageBuild", "plan_images"]
+
+ENGINE_LOCK = "images/locks/engine-cpu.txt"
+ROUTER_LOCK = "images/locks/router.txt"
+_TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
+_VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    role: str  # engine-base | prefill | decode | lmcache | router
+    tag: str
+    dockerfile: PurePosixPath  # relative to the workspace root, which is the build context
+    text: str
+    base_role: str | None  # the image this one is FROM, built first
+
+
+def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
+    base = _engine_base(plan, workspace)
+    roles = ["prefill", "decode"] + (["lmcache"] if plan.topology is Topology.NIXL_MP else [])
+    images = [base] + [_engine_role(plan, workspace, role, base) for role in roles]
+    return [*images, _router(plan, workspace)]
+
+
+def _pins(plan: Plan) -> PackagePins:
+    overrides = plan.spec.images.versions.model_dump(exclude_none=True)
+    return load_versions().packages.model_copy(update=overrides)
+
+
+def _dockerfile(plan: Plan, role: str) -> PurePosixPath:
+    return PurePosixPath("images") / plan.stack / f"{role}.Dockerfile"
+
+
+def _tag(plan: Plan, workspace: Workspace, role: str, text: str, inputs: list[str]) -> str:
+    digest = hashlib.sha256(text.encode())
+    for relative in inputs:
+        path = workspace.root / relative
+        digest.update(path.read_bytes() if path.is_file() else relative.encode())
+    return f"{plan.spec.images.registry}/{role}:{digest.hexdigest()[:12]}"
+
+
+def _engine_base(plan: Plan, workspace: Workspace) -> ImageBuild:
+    spec = plan.spec
+    cpu = plan.profile is Profile.CPU
+    defaults = load_versions().base_images
+    pins = _pins(plan)
+    gpu_default = f"{defaults.gpu_engine_repo}:v{pins.vllm}"
+    base_image = spec.images.engine_base or (defaults.cpu_engine if cpu else gpu_default)
+    synthetic = spec.model.id if spec.model.source == "synthetic" else None
+    template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
+    text = render_template(
+        workspace.templates_dir,
+        template,
+        base_image=base_image,
+        versions=pins,
+        pip=spec.images.pip,
+        lock=ENGINE_LOCK,
+        synthetic_model=synthetic,
+    )
+    inputs = [ENGINE_LOCK] if cpu else []
+    inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
+    tag = _tag(plan, workspace, "engine-base", text, inputs)
+    return ImageBuild("engine-base", tag, _dockerfile(plan, "engine-base"), text, None)
+
+
+def _engine_role(plan: Plan, workspace: Workspace, role: str, base: ImageBuild) -> ImageBuild:
+    command = ["lmcache", "server", "--help"] if role == "lmcache" else _VLLM_HELP
+    text = render_template(
+        workspace.templates_dir,
+        "engine-role.Dockerfile.j2",
+        role=role,
+        base_image=base.tag,
+        default_command=command,
+    )
+    tag = _tag(plan, workspace, role, text, [])
+    return ImageBuild(role, tag, _dockerfile(plan, role), text, "engine-base")
+
+
+def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
+    spec = plan.spec
+    text = render_template(
+        workspace.templates_dir,
+        "router.Dockerfile.j2",
+        base_image=spec.images.router_base or load_versions().base_images.router,
+        versions=_pins(plan),
+        pip=spec.images.pip,
+        lock=ROUTER_LOCK,
+    )
+    # The proxy's sources are copied in, so they are part of what the tag stands for.
+    proxy_dir = workspace.root / "generator" / "proxy"
+    sources = sorted(
+        str(path.relative_to(workspace.root))
+        for path in proxy_dir.rglob("*.py")
+        if plan.router.kind is RouterKind.PROXY
+    )
+    tag = _tag(plan, workspace, "router", text, [ROUTER_LOCK, *sources])
+    return ImageBuild("router", tag, _dockerfile(plan, "router"), text, None)

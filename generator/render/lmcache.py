@@ -1,0 +1,52 @@
+"""LMCache engine configs for the lmcache-pd topology (one YAML per vLLM instance).
+
+Only keys that LMCache 0.5.6 knows: the old ``nixl_peer_*``/``nixl_role`` names are aliased
+and ``enable_xpyd`` is ignored there, so we always write the current ``pd_*`` names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from generator.plan import EnginePlan, Plan, Role
+
+__all__ = ["lmcache_pd_config"]
+
+
+def lmcache_pd_config(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
+    settings = plan.lmcache_pd
+    assert settings is not None, "lmcache-pd only"
+    config: dict[str, Any] = {
+        "chunk_size": plan.spec.lmcache.chunk_size,
+        # P/D keeps KV in its transfer buffer, not in LMCache's CPU cache (as in seed A).
+        "local_cpu": False,
+        "max_local_cpu_size": 0,
+        "max_local_disk_size": 0,
+        # P/D must move every token's KV, partial last chunk included.
+        "save_unfull_chunk": True,
+        "enable_pd": True,
+        "transfer_channel": "nixl",
+        "nixl_backends": list(settings.backends),
+        "pd_buffer_device": settings.buffer_device,
+    }
+    if engine.role is Role.PREFILL:
+        config |= {
+            "pd_role": "sender",
+            "pd_buffer_size": settings.prefill_buffer_bytes,
+            "pd_proxy_host": plan.router.advertise_host,
+            "pd_proxy_port": plan.router.notify_port,
+        }
+    else:
+        config |= {
+            "pd_role": "receiver",
+            "pd_buffer_size": settings.decode_buffer_bytes,
+            "pd_peer_host": _bind_host(plan, engine),
+            "pd_peer_init_port": list(engine.pd_init_ports),
+            "pd_peer_alloc_port": list(engine.pd_alloc_ports),
+        }
+    return config
+
+
+def _bind_host(plan: Plan, engine: EnginePlan) -> str:
+    """The receiver binds its init/alloc sockets here; prefillers are told the advertised name."""
+    return "0.0.0.0" if plan.network == "bridge" else engine.address

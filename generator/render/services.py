@@ -1,0 +1,198 @@
+"""Compose service definitions (plain dicts), one function per concern.
+
+Why the non-obvious settings are there (measured, see NOTES.md):
+- GPU engines share the host PID namespace: with a private one UCX silently drops cuda_ipc
+  and moves KV over TCP, ~850x slower, with correct results. ``ipc: host`` for CUDA IPC and
+  LMCache shared memory, ``SYS_PTRACE`` for cross-process memory access, ``IPC_LOCK`` and
+  unlimited memlock for RDMA memory registration.
+- CPU engines are pinned to one core each (the NIXL progress thread spins a whole core; two
+  unpinned engines on two cores stall for the 30 s KV lease) and see an empty
+  ``/sys/devices/system/node``: vLLM's NIXL worker otherwise reads the host NUMA layout,
+  ignores the cpuset and fails ``sched_setaffinity``.
+- Healthchecks have a finite ``start_period``: a vLLM that cannot bind its NIXL side channel
+  hangs in "starting" forever instead of exiting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from generator.plan import EnginePlan, Plan
+from generator.render.commands import (
+    LMCACHE_CONFIG_PATH,
+    PROXY_CONFIG_PATH,
+    engine_command,
+    lmcache_server_command,
+    router_command,
+)
+from generator.spec import GroupSpec, Profile, RouterKind, Topology
+
+__all__ = [
+    "HF_HOME",
+    "engine_service",
+    "lmcache_service",
+    "router_service",
+]
+
+HF_HOME = "/root/.cache/huggingface"
+_START_PERIOD = {Profile.GPU: "900s", Profile.CPU: "300s"}
+Service = dict[str, Any]
+
+
+def engine_service(plan: Plan, engine: EnginePlan, image: Service, config: str | None) -> Service:
+    service: Service = {**image, "hostname": engine.name, "command": engine_command(plan, engine)}
+    service["environment"] = _engine_env(plan, engine)
+    service |= _network(plan, [engine.http_port])
+    service |= _compute(plan, devices=engine.gpus, cpus=engine.cpus, rdma=True)
+    service["volumes"] = _engine_volumes(plan)
+    if config is not None:
+        service["configs"] = [{"source": config, "target": LMCACHE_CONFIG_PATH, "mode": 0o444}]
+    service |= _hf_token(plan)
+    service["healthcheck"] = _healthcheck(engine.http_port, "/health", _START_PERIOD[plan.profile])
+    if engine.lmcache_server is not None:
+        service["depends_on"] = {engine.lmcache_server.service: {"condition": "service_healthy"}}
+    return service | _common(plan, engine.role.value, engine.name, engine.host)
+
+
+def lmcache_service(plan: Plan, engine: EnginePlan, image: Service) -> Service:
+    server = engine.lmcache_server
+    assert server is not None
+    service: Service = {**image, "hostname": server.service}
+    service["command"] = lmcache_server_command(plan, engine)
+    service["environment"] = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
+    # The server copies KV to and from its engine's GPUs (CUDA IPC), so it sees the same ones.
+    service |= _network(plan, [server.http_port])
+    service |= _compute(plan, devices=engine.gpus, cpus=(), rdma=False)
+    service["healthcheck"] = _healthcheck(server.http_port, "/healthcheck", "120s")
+    return service | _common(plan, "lmcache", server.service, engine.host)
+
+
+def router_service(plan: Plan, image: Service, config: str | None) -> Service:
+    router = plan.router
+    service: Service = {**image, "hostname": router.service, "command": router_command(plan)}
+    published = [router.port] + ([router.metrics_port] if router.metrics_port else [])
+    service |= _network(plan, published, public=(router.port,))
+    if (
+        router.kind is RouterKind.PROXY
+        and router.notify_port is not None
+        and plan.network == "bridge"
+    ):
+        service.setdefault("expose", []).append(str(router.notify_port))
+    if config is not None:
+        service["configs"] = [{"source": config, "target": PROXY_CONFIG_PATH, "mode": 0o444}]
+    local = [engine.name for engine in plan.engines_on(router.host)]
+    if local:
+        service["depends_on"] = {name: {"condition": "service_healthy"} for name in local}
+    service["healthcheck"] = _healthcheck(router.port, "/health", "120s")
+    return service | _common(plan, "router", router.service, router.host)
+
+
+def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
+    spec = plan.spec
+    env = {"PYTHONHASHSEED": "0", "HF_HOME": HF_HOME}  # same hash seed: same KV chunk keys
+    if spec.hf.offline or spec.model.source != "hub":
+        env["HF_HUB_OFFLINE"] = "1"
+    if spec.hf.token is not None and (spec.hf.token.env or spec.hf.token.file):
+        env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"  # a compose secret, never an env value
+    if spec.networking.ucx_tls:
+        env["UCX_TLS"] = spec.networking.ucx_tls
+    if spec.networking.ucx_net_devices:
+        env["UCX_NET_DEVICES"] = spec.networking.ucx_net_devices
+    if plan.profile is Profile.GPU:
+        env["NCCL_CUMEM_ENABLE"] = "1"
+    else:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
+    if plan.topology is Topology.NIXL_MP:
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = engine.advertise_host
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(engine.side_channel_ports[0])
+    else:
+        env["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
+        env["LMCACHE_TRACK_USAGE"] = "false"
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    group: GroupSpec = getattr(spec, engine.role.value)
+    return env | group.env
+
+
+def _network(plan: Plan, published: list[int], public: tuple[int, ...] = ()) -> Service:
+    """Host networking on GPUs (NIXL/RDMA advertise host addresses); a bridge on CPU, where
+    only the router is published beyond loopback (LMCache's admin port exposes its env)."""
+    if plan.network == "host":
+        return {"network_mode": "host"}
+    return {
+        "ports": [
+            f"{port}:{port}" if port in public else f"127.0.0.1:{port}:{port}" for port in published
+        ]
+    }
+
+
+def _compute(plan: Plan, *, devices: tuple[int, ...], cpus: tuple[int, ...], rdma: bool) -> Service:
+    """Namespaces, devices and limits of engines and LMCache servers."""
+    if plan.profile is Profile.CPU:
+        service: Service = {"shm_size": "1g"}  # Docker's 64 MiB /dev/shm breaks vLLM and LMCache
+        if cpus:
+            service["cpuset"] = ",".join(str(cpu) for cpu in cpus)
+            service["cap_add"] = ["SYS_NICE"]
+        return service
+    service = {"ipc": "host", "pid": "host", "cap_add": ["IPC_LOCK", "SYS_PTRACE"]}
+    service["ulimits"] = {"memlock": {"soft": -1, "hard": -1}}
+    if rdma and plan.rdma:
+        service["devices"] = ["/dev/infiniband:/dev/infiniband"]
+    if devices:
+        service["runtime"] = "nvidia"
+        reservation = {
+            "driver": "nvidia",
+            "device_ids": [str(device) for device in devices],
+            "capabilities": ["gpu"],
+        }
+        service["deploy"] = {"resources": {"reservations": {"devices": [reservation]}}}
+    return service
+
+
+def _engine_volumes(plan: Plan) -> list[Any]:
+    spec = plan.spec
+    volumes: list[Any] = [f"model-cache:{HF_HOME}"]
+    if spec.model.source == "host-path":
+        volumes.append(f"{spec.model.host_path}:{spec.model.id}:ro")
+    if plan.profile is Profile.CPU:
+        # An empty, read-only node directory: vLLM then keeps to the container's cpuset.
+        volumes.append({"type": "tmpfs", "target": "/sys/devices/system/node", "read_only": True})
+    return volumes
+
+
+def _hf_token(plan: Plan) -> Service:
+    token = plan.spec.hf.token
+    if token is None:
+        return {}
+    service: Service = {}
+    if token.env or token.file:
+        service["secrets"] = ["hf_token"]
+    if token.env_file:
+        service["env_file"] = [token.env_file]
+    return service
+
+
+def _healthcheck(port: int, path: str, start_period: str) -> Service:
+    probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"
+    return {
+        "test": ["CMD", "python3", "-c", probe],
+        "interval": "5s",
+        "timeout": "5s",
+        "retries": 3,
+        "start_period": start_period,
+    }
+
+
+def _common(plan: Plan, role: str, instance: str, host: str) -> Service:
+    return {
+        "init": True,  # reaps vLLM's worker processes; `down` takes ~1 s instead of 10
+        "restart": "no",  # a crash must fail the workflow's wait, not loop quietly
+        "stop_grace_period": "30s",
+        "labels": {
+            "org.xpyd.stack": plan.stack,
+            "org.xpyd.role": role,
+            "org.xpyd.instance": instance,
+            "org.xpyd.host": host,
+        },
+        "logging": {"driver": "json-file", "options": {"max-size": "50m", "max-file": "5"}},
+    }

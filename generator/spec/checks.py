@@ -1,0 +1,220 @@
+"""Rules that relate several spec fields. Each returns ``SpecIssue``s naming field and fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from generator.errors import SpecIssue
+from generator.spec.models import (
+    GroupPlacement,
+    Profile,
+    RouterKind,
+    Spec,
+    Topology,
+)
+
+__all__ = ["PROXY_POLICIES", "VLLM_ROUTER_POLICIES", "check_spec"]
+
+PROXY_POLICIES = ("round_robin", "least_outstanding")
+VLLM_ROUTER_POLICIES = (
+    "random",
+    "round_robin",
+    "cache_aware",
+    "kv_aware",
+    "power_of_two",
+    "consistent_hash",
+    "sticky_least_loaded",
+)
+_PD_ONLY_PORTS = ("decode_pd_init", "decode_pd_alloc", "proxy_notify")
+_MP_ONLY_PORTS = ("lmcache_zmq", "lmcache_http", "lmcache_metrics")
+
+Check = Callable[[Spec], Iterator[SpecIssue]]
+
+
+def check_spec(spec: Spec) -> list[SpecIssue]:
+    return [issue for check in _CHECKS for issue in check(spec)]
+
+
+def _topology_settings(spec: Spec) -> Iterator[SpecIssue]:
+    pd = spec.topology is Topology.LMCACHE_PD
+    other = Topology.NIXL_MP if pd else Topology.LMCACHE_PD
+    wrong_section = "server" if pd else "pd"
+    if getattr(spec.lmcache, wrong_section) is not None:
+        yield SpecIssue(
+            f"lmcache.{wrong_section}",
+            f"applies to topology {other.value}, but this stack is {spec.topology.value}",
+            f"remove lmcache.{wrong_section}, or set topology: {other.value}",
+        )
+    wrong_ports = _MP_ONLY_PORTS if pd else _PD_ONLY_PORTS
+    for name in sorted(spec.ports.model_fields_set & set(wrong_ports)):
+        yield SpecIssue(
+            f"ports.{name}",
+            f"is only used by topology {other.value}, not {spec.topology.value}",
+            f"remove ports.{name}",
+        )
+    if not pd and spec.router.notify_port is not None:
+        yield SpecIssue(
+            "router.notify_port",
+            "is the proxy's ZMQ port for LMCache P/D notices; nixl-mp has none",
+            "remove router.notify_port",
+        )
+
+
+def _router_settings(spec: Spec) -> Iterator[SpecIssue]:
+    kind = spec.router_kind
+    if spec.topology is Topology.LMCACHE_PD and kind is RouterKind.VLLM_ROUTER:
+        yield SpecIssue(
+            "router.kind",
+            "vllm-router cannot drive LMCache's P/D protocol (disagg_spec + ZMQ done notices)",
+            "use router.kind: proxy for lmcache-pd, or topology: nixl-mp for vllm-router",
+        )
+    choices = PROXY_POLICIES if kind is RouterKind.PROXY else VLLM_ROUTER_POLICIES
+    if spec.router.policy not in choices:
+        yield SpecIssue(
+            "router.policy",
+            f"{spec.router.policy!r} is not a {kind.value} policy",
+            f"use one of: {', '.join(choices)}",
+        )
+    if kind is RouterKind.PROXY and spec.router.prometheus_port is not None:
+        yield SpecIssue(
+            "router.prometheus_port",
+            "the proxy serves /metrics on its own port",
+            "remove router.prometheus_port",
+        )
+    host_names = {host.name for host in spec.hosts}
+    if spec.router.host is not None and spec.router.host not in host_names:
+        yield SpecIssue(
+            "router.host",
+            f"{spec.router.host!r} is not one of the hosts",
+            f"use one of: {', '.join(sorted(host_names))}",
+        )
+
+
+def _tensor_parallel(spec: Spec) -> Iterator[SpecIssue]:
+    p_tp, d_tp = spec.prefill.tp, spec.decode.tp
+    if spec.topology is Topology.LMCACHE_PD and p_tp != d_tp:
+        which = "larger" if p_tp > d_tp else "smaller"
+        yield SpecIssue(
+            "prefill.tp",
+            f"prefill TP {p_tp} is {which} than decode TP {d_tp}; LMCache P/D sends each TP "
+            "rank's KV to the decoder rank of the same number, so the sizes must match",
+            f"set prefill.tp and decode.tp to the same value (e.g. both {d_tp})",
+        )
+    elif max(p_tp, d_tp) % min(p_tp, d_tp) != 0:
+        yield SpecIssue(
+            "prefill.tp",
+            f"prefill TP {p_tp} and decode TP {d_tp}: NIXL's heterogeneous TP needs one to "
+            "divide the other",
+            "pick TP sizes where the larger is a multiple of the smaller",
+        )
+
+
+def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
+    if spec.profile is not Profile.CPU:
+        return
+    if spec.networking.rdma:
+        yield SpecIssue(
+            "networking.rdma",
+            "the cpu profile has no RDMA devices",
+            "remove networking.rdma or set it to false",
+        )
+    for role in ("prefill", "decode"):
+        group = getattr(spec, role)
+        if group.tp != 1:
+            yield SpecIssue(
+                f"{role}.tp",
+                "the cpu profile runs each engine on one pinned core, without tensor parallelism",
+                f"set {role}.tp: 1",
+            )
+        if group.gpu_memory_utilization is not None:
+            yield SpecIssue(
+                f"{role}.gpu_memory_utilization",
+                "has no meaning on the cpu profile",
+                f"remove {role}.gpu_memory_utilization (size the KV cache with "
+                "--kv-cache-memory-bytes in model.extra_args)",
+            )
+
+
+def _model_source(spec: Spec) -> Iterator[SpecIssue]:
+    model = spec.model
+    if model.source == "host-path" and not model.host_path:
+        yield SpecIssue(
+            "model.host_path",
+            "is required when model.source is host-path",
+            "set model.host_path to the host directory that holds the model",
+        )
+    if model.source != "host-path" and model.host_path:
+        yield SpecIssue(
+            "model.host_path",
+            f"is only used with model.source: host-path (source is {model.source})",
+            "remove model.host_path, or set model.source: host-path",
+        )
+    if model.source == "synthetic" and not model.id.startswith("/"):
+        yield SpecIssue(
+            "model.id",
+            "a synthetic model is made inside the image: its id must be the absolute path there",
+            "set model.id to e.g. /opt/xpyd/models/tiny-llama",
+        )
+
+
+def _hosts(spec: Spec) -> Iterator[SpecIssue]:
+    for attr in ("name", "address"):
+        seen: set[str] = set()
+        for index, host in enumerate(spec.hosts):
+            value = getattr(host, attr)
+            if value in seen:
+                yield SpecIssue(
+                    f"hosts[{index}].{attr}",
+                    f"{value!r} is used by two hosts",
+                    f"give every host its own {attr}",
+                )
+            seen.add(value)
+
+
+def _placement(spec: Spec) -> Iterator[SpecIssue]:
+    if spec.placement is None:
+        return
+    host_names = {host.name for host in spec.hosts}
+    for role in ("prefill", "decode"):
+        group: GroupPlacement | None = getattr(spec.placement, role)
+        if group is not None:
+            yield from _group_placement(role, group, getattr(spec, role).count, host_names)
+
+
+def _group_placement(
+    role: str, group: GroupPlacement, count: int, host_names: set[str]
+) -> Iterator[SpecIssue]:
+    base = f"placement.{role}"
+    lists: dict[str, list[object] | None] = {
+        "hosts": list(group.hosts),
+        "http_ports": list(group.http_ports) if group.http_ports is not None else None,
+        "gpus": list(group.gpus) if group.gpus is not None else None,
+    }
+    for name, values in lists.items():
+        # One shared host or port is seed-compatible; one shared GPU list would share GPUs.
+        allowed = (count,) if name == "gpus" else (1, count)
+        if values is not None and len(values) not in allowed:
+            alternative = "" if name == "gpus" else ", or a single entry for all"
+            yield SpecIssue(
+                f"{base}.{name}",
+                f"has {len(values)} entries but {role}.count is {count}",
+                f"give one entry per {role} instance ({count}){alternative}",
+            )
+    for host in group.hosts:
+        if host not in host_names:
+            yield SpecIssue(
+                f"{base}.hosts",
+                f"{host!r} is not one of the hosts",
+                f"use one of: {', '.join(sorted(host_names))}",
+            )
+
+
+_CHECKS: tuple[Check, ...] = (
+    _topology_settings,
+    _router_settings,
+    _tensor_parallel,
+    _profile_settings,
+    _model_source,
+    _hosts,
+    _placement,
+)

@@ -1,0 +1,23 @@
+# Rendered by xpyd-stacks from images/templates/engine-base-gpu.Dockerfile.j2: do not edit, re-render.
+# Engine base for the gpu profile: upstream's vLLM image plus pinned LMCache and NIXL
+# (shared by the prefill, decode and lmcache images of a stack).
+ARG BASE_IMAGE=vllm/vllm-openai:v0.32.0
+
+# === BEGIN engine ===
+FROM ${BASE_IMAGE}
+ARG VLLM_VERSION=0.32.0
+ARG LMCACHE_VERSION=0.5.6
+ARG NIXL_VERSION=1.5.1
+LABEL org.opencontainers.image.title="xpyd engine base (gpu)" \
+      org.xpyd.vllm="${VLLM_VERSION}" \
+      org.xpyd.lmcache="${LMCACHE_VERSION}" \
+      org.xpyd.nixl="${NIXL_VERSION}"
+# === BEGIN pip settings ===
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN pip install "lmcache==${LMCACHE_VERSION}" "nixl==${NIXL_VERSION}"
+ENV PYTHONUNBUFFERED=1 \
+    LMCACHE_TRACK_USAGE=false \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1
+# The upstream image's entrypoint is `vllm serve`; our services give their whole command.
+ENTRYPOINT []
