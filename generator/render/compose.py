@@ -61,7 +61,8 @@ def _project(plan: Plan, host: str, images: list[ImageBuild]) -> ComposeProject:
         if engine.lmcache_server is not None:
             server = engine.lmcache_server.service
             services[server] = lmcache_service(plan, engine, by_role["lmcache"])
-        services[engine.name] = engine_service(plan, engine, by_role[engine.role.value], config)
+        image = by_role[engine.role.value]
+        services[engine.name] = engine_service(plan, engine, image, config, _env_files(plan, root))
     if plan.router.host == host:
         config = None
         if plan.router.kind is RouterKind.PROXY:
@@ -113,9 +114,18 @@ def _secrets(plan: Plan, root: PurePosixPath) -> dict[str, Any]:
     if token.env:
         return {"hf_token": {"environment": token.env}}
     if token.file:
-        path = token.file if token.file.startswith("/") else str(root / token.file)
-        return {"hf_token": {"file": path}}
+        return {"hf_token": {"file": _from_compose_dir(token.file, root)}}
     return {}
+
+
+def _env_files(plan: Plan, root: PurePosixPath) -> list[str]:
+    token = plan.spec.hf.token
+    return [_from_compose_dir(token.env_file, root)] if token and token.env_file else []
+
+
+def _from_compose_dir(path: str, root: PurePosixPath) -> str:
+    """Spec paths are relative to the checkout; compose resolves them from its own folder."""
+    return path if path.startswith("/") else str(root / path)
 
 
 def _header(plan: Plan) -> str:
@@ -125,7 +135,11 @@ def _header(plan: Plan) -> str:
     )
 
 
-class _PlainDumper(yaml.SafeDumper):
+# libyaml's emitter when present (about 5x faster on big multi-host stacks).
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _PlainDumper(_Dumper):  # type: ignore[valid-type,misc]
     """No ``&id001`` anchors: services that share a build section each spell it out."""
 
     def ignore_aliases(self, data: Any) -> bool:

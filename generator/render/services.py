@@ -39,7 +39,9 @@ _START_PERIOD = {Profile.GPU: "900s", Profile.CPU: "300s"}
 Service = dict[str, Any]
 
 
-def engine_service(plan: Plan, engine: EnginePlan, image: Service, config: str | None) -> Service:
+def engine_service(
+    plan: Plan, engine: EnginePlan, image: Service, config: str | None, env_files: list[str]
+) -> Service:
     service: Service = {**image, "hostname": engine.name, "command": engine_command(plan, engine)}
     service["environment"] = _engine_env(plan, engine)
     service |= _network(plan, [engine.http_port])
@@ -47,7 +49,10 @@ def engine_service(plan: Plan, engine: EnginePlan, image: Service, config: str |
     service["volumes"] = _engine_volumes(plan)
     if config is not None:
         service["configs"] = [{"source": config, "target": LMCACHE_CONFIG_PATH, "mode": 0o444}]
-    service |= _hf_token(plan)
+    if plan.spec.hf.token is not None and (plan.spec.hf.token.env or plan.spec.hf.token.file):
+        service["secrets"] = ["hf_token"]
+    if env_files:
+        service["env_file"] = env_files
     service["healthcheck"] = _healthcheck(engine.http_port, "/health", _START_PERIOD[plan.profile])
     if engine.lmcache_server is not None:
         service["depends_on"] = {engine.lmcache_server.service: {"condition": "service_healthy"}}
@@ -158,18 +163,6 @@ def _engine_volumes(plan: Plan) -> list[Any]:
         # An empty, read-only node directory: vLLM then keeps to the container's cpuset.
         volumes.append({"type": "tmpfs", "target": "/sys/devices/system/node", "read_only": True})
     return volumes
-
-
-def _hf_token(plan: Plan) -> Service:
-    token = plan.spec.hf.token
-    if token is None:
-        return {}
-    service: Service = {}
-    if token.env or token.file:
-        service["secrets"] = ["hf_token"]
-    if token.env_file:
-        service["env_file"] = [token.env_file]
-    return service
 
 
 def _healthcheck(port: int, path: str, start_period: str) -> Service:

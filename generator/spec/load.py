@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -58,7 +59,7 @@ def apply_overrides(
     raw: dict[str, Any], overrides: Sequence[str], *, source: str
 ) -> dict[str, Any]:
     """``a.b.c=value`` sets a nested key; the value is parsed as YAML (``3``, ``true``)."""
-    data: dict[str, Any] = yaml.safe_load(yaml.safe_dump(raw))  # deep copy of plain data
+    data: dict[str, Any] = copy.deepcopy(raw)
     for assignment in overrides:
         dotted, sep, text = assignment.partition("=")
         if not sep or not dotted:

@@ -1,0 +1,114 @@
+"""The command line: exit codes, what goes to stdout (data) and stderr (messages)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XPYD_ROOT": str(ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "generator", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+
+
+def test_help_teaches_the_topologies() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    assert "lmcache-pd" in result.stdout
+    assert "nixl-mp" in result.stdout
+    for command in ("validate", "plan", "render"):
+        assert command in result.stdout
+
+
+def test_plan_json_is_data_on_stdout() -> None:
+    result = run("plan", "xpyd", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert [e["http_port"] for e in plan["decode"]] == [7200, 7201]
+    assert plan["router"]["notify_port"] == 7500
+
+
+def test_plan_table() -> None:
+    result = run("plan", "xpyd-tp8")
+    assert result.returncode == 0, result.stderr
+    assert "init 7300-7307 alloc 7400-7407" in result.stdout
+    assert "LMCache P/D init" in result.stdout
+
+
+def test_validate_all_shipped_stacks() -> None:
+    result = run("validate", "--all")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count(": valid (") == 5
+
+
+def test_invalid_stack_exits_1_with_field_and_fix(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(
+        "name: bad\ntopology: lmcache-pd\nmodel: {id: m}\nprefill: {tp: 2}\n"
+        "hosts: [{name: h, gpus: [0,1,2]}]\n"
+    )
+    result = run("validate", str(spec))
+    assert result.returncode == 1
+    assert "prefill.tp: prefill TP 2 is larger than decode TP 1" in result.stderr
+    assert "fix: set prefill.tp and decode.tp to the same value" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_error_exits_1() -> None:
+    result = run("plan", "xpyd", "--set", "decode.count=5")
+    assert result.returncode == 1
+    assert "decode.count: prefill (2 x TP 1) and decode (5 x TP 1) need 7 GPUs" in result.stderr
+
+
+def test_unknown_stack_lists_the_shipped_ones() -> None:
+    result = run("validate", "nope")
+    assert result.returncode == 1
+    assert "pick one of: cpu-1p1d, xpyd, xpyd-mp, xpyd-mp-2host, xpyd-tp8" in result.stderr
+
+
+def test_usage_error_exits_2() -> None:
+    assert run("plan").returncode == 2
+
+
+def test_render_check_passes_on_the_committed_tree() -> None:
+    result = run("render", "--all", "--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_render_out_then_check_detects_drift(tmp_path: Path) -> None:
+    assert run("render", "cpu-1p1d", "--out", str(tmp_path)).returncode == 0
+    assert run("render", "cpu-1p1d", "--out", str(tmp_path), "--check").returncode == 0
+    result = run(
+        "render",
+        "cpu-1p1d",
+        "--out",
+        str(tmp_path),
+        "--check",
+        "--set",
+        'decode.extra_args=["--seed", "1"]',
+    )
+    assert result.returncode == 1
+    assert "compose/cpu-1p1d/compose.yaml: differs" in result.stderr
+    assert "fix: run `python -m generator render --all`" in result.stderr
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_debug_shows_the_traceback(debug: bool) -> None:
+    args = ["--debug"] if debug else []
+    result = run(*args, "validate", "nope")
+    assert result.returncode == 1
+    assert ("Traceback" in result.stderr) is debug

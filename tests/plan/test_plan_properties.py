@@ -1,0 +1,132 @@
+"""Planner invariants over random valid specs (hypothesis)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from generator.errors import PlanError
+from generator.plan import Plan, make_plan
+from generator.spec import parse_spec
+
+TP_SIZES = st.sampled_from([1, 2, 4, 8])
+
+
+@st.composite
+def gpu_specs(draw: st.DrawFn) -> dict[str, Any]:
+    topology = draw(st.sampled_from(["lmcache-pd", "nixl-mp"]))
+    host_count = draw(st.integers(1, 4))
+    hosts = []
+    for index in range(host_count):
+        size = draw(st.sampled_from([1, 2, 4, 8]))
+        first = draw(st.integers(0, 8))
+        hosts.append(
+            {
+                "name": f"h{index}",
+                "address": f"10.0.0.{index + 1}",
+                "gpus": list(range(first, first + size)),
+            }
+        )
+    p_tp = draw(TP_SIZES)
+    d_tp = p_tp if topology == "lmcache-pd" else draw(TP_SIZES)
+    data: dict[str, Any] = {
+        "name": "prop",
+        "topology": topology,
+        "model": {"id": "org/model"},
+        "hosts": hosts,
+        "prefill": {"count": draw(st.integers(1, 6)), "tp": p_tp},
+        "decode": {"count": draw(st.integers(1, 6)), "tp": d_tp},
+    }
+    if draw(st.booleans()):
+        data["router"] = {
+            "port": draw(st.integers(1024, 65535)),
+            "host": f"h{draw(st.integers(0, host_count - 1))}",
+        }
+    return data
+
+
+def plan_or_skip(data: dict[str, Any]) -> Plan:
+    try:
+        return make_plan(parse_spec(data, source="hypothesis"))
+    except PlanError:
+        assume(False)
+        raise
+
+
+PROPERTIES = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much]
+)
+
+
+@PROPERTIES
+@given(gpu_specs())
+def test_gpus_are_never_shared_and_blocks_are_aligned(data: dict[str, Any]) -> None:
+    plan = plan_or_skip(data)
+    used: dict[str, set[int]] = defaultdict(set)
+    for engine in plan.engines:
+        host_gpus = list(plan.host(engine.host).gpus)
+        assert len(engine.gpus) == engine.tp
+        assert not used[engine.host] & set(engine.gpus)
+        used[engine.host] |= set(engine.gpus)
+        start = host_gpus.index(engine.gpus[0])
+        assert start % engine.tp == 0
+        assert list(engine.gpus) == host_gpus[start : start + engine.tp]
+
+
+@PROPERTIES
+@given(gpu_specs())
+def test_every_port_is_unique_per_host(data: dict[str, Any]) -> None:
+    plan = plan_or_skip(data)
+    owned: dict[str, list[int]] = defaultdict(list)
+    for engine in plan.engines:
+        ports = [
+            engine.http_port,
+            *engine.side_channel_ports,
+            *engine.pd_init_ports,
+            *engine.pd_alloc_ports,
+        ]
+        if engine.lmcache_server is not None:
+            server = engine.lmcache_server
+            ports += [server.zmq_port, server.http_port, server.metrics_port]
+        owned[engine.host] += ports
+    router = plan.router
+    owned[router.host] += [
+        p for p in (router.port, router.metrics_port, router.notify_port) if p is not None
+    ]
+    for host, ports in owned.items():
+        assert len(ports) == len(set(ports)), host
+        assert all(1024 <= port <= 65535 for port in ports)
+    table = {(use.host, use.port) for use in plan.ports}
+    assert len(table) == len(plan.ports)
+    assert table == {(host, port) for host, ports in owned.items() for port in ports}
+
+
+@PROPERTIES
+@given(gpu_specs())
+def test_per_rank_port_lists_fit_tp_and_are_consecutive(data: dict[str, Any]) -> None:
+    plan = plan_or_skip(data)
+    for engine in plan.engines:
+        for ports in (engine.side_channel_ports, engine.pd_init_ports, engine.pd_alloc_ports):
+            if ports:
+                assert len(ports) == engine.tp
+                assert list(ports) == list(range(ports[0], ports[0] + engine.tp))
+        if plan.topology.value == "lmcache-pd":
+            assert bool(engine.pd_init_ports) == (engine.role.value == "decode")
+            assert not engine.side_channel_ports
+        else:
+            assert engine.side_channel_ports
+            assert engine.lmcache_server is not None
+
+
+@PROPERTIES
+@given(gpu_specs())
+def test_planning_is_deterministic_and_honours_fixed_ports(data: dict[str, Any]) -> None:
+    first = plan_or_skip(data)
+    second = make_plan(parse_spec(data, source="hypothesis"))
+    assert first.model_dump() == second.model_dump()
+    fixed = data.get("router", {}).get("port")
+    if fixed is not None:
+        assert first.router.port == fixed

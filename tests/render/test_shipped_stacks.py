@@ -1,0 +1,191 @@
+"""Golden tests of the shipped stacks: committed output is exactly a fresh render, and the
+rendered files say what the seeds say."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from generator.paths import Workspace
+from generator.plan import make_plan
+from generator.render import RenderedStack, render_stack
+from generator.render.writer import diff_rendered
+from generator.spec import load_spec
+
+SHIPPED = ["cpu-1p1d", "xpyd", "xpyd-mp", "xpyd-mp-2host", "xpyd-tp8"]
+
+
+def rendered(workspace: Workspace, stack: str) -> RenderedStack:
+    return render_stack(make_plan(load_spec(workspace.stack_file(stack))), workspace)
+
+
+def compose(workspace: Workspace, stack: str, host: str | None = None) -> dict[str, Any]:
+    folder = Path("compose") / stack / (host or "")
+    document: dict[str, Any] = yaml.safe_load(
+        (workspace.root / folder / "compose.yaml").read_text()
+    )
+    return document
+
+
+def test_the_shipped_stacks_are_the_ones_under_stacks(workspace: Workspace) -> None:
+    assert workspace.shipped_stacks() == SHIPPED
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_committed_output_matches_a_fresh_render(workspace: Workspace, stack: str) -> None:
+    assert diff_rendered(rendered(workspace, stack), workspace.root) == []
+
+
+def test_xpyd_follows_seed_a_numbering(workspace: Workspace) -> None:
+    services = compose(workspace, "xpyd")["services"]
+    assert list(services) == ["prefill-0", "prefill-1", "decode-0", "decode-1", "router"]
+    ports = [
+        service["command"][service["command"].index("--port") + 1]
+        for name, service in services.items()
+        if name != "router"
+    ]
+    assert ports == ["7100", "7101", "7200", "7201"]
+    router = yaml.safe_load((workspace.root / "compose/xpyd/router.yaml").read_text())
+    assert router["listen"]["port"] == 9100
+    assert router["notify"] == {"bind_host": "0.0.0.0", "port": 7500}
+    assert [(d["init_ports"], d["alloc_ports"]) for d in router["decode"]] == [
+        ([7300], [7400]),
+        ([7301], [7401]),
+    ]
+    prefill = yaml.safe_load((workspace.root / "compose/xpyd/lmcache/prefill-0.yaml").read_text())
+    assert prefill["pd_role"] == "sender"
+    assert (prefill["pd_proxy_host"], prefill["pd_proxy_port"]) == ("127.0.0.1", 7500)
+
+
+def test_gpu_services_reserve_device_ids_and_share_namespaces(workspace: Workspace) -> None:
+    services = compose(workspace, "xpyd")["services"]
+    for index, name in enumerate(["prefill-0", "prefill-1", "decode-0", "decode-1"]):
+        service = services[name]
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device == {"driver": "nvidia", "device_ids": [str(index)], "capabilities": ["gpu"]}
+        assert "count" not in device
+        assert (service["pid"], service["ipc"], service["network_mode"]) == ("host", "host", "host")
+        assert service["runtime"] == "nvidia"
+        assert service["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
+        assert {"IPC_LOCK", "SYS_PTRACE"} <= set(service["cap_add"])
+        assert service["devices"] == ["/dev/infiniband:/dev/infiniband"]
+        assert service["environment"]["PYTHONHASHSEED"] == "0"
+        assert service["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
+    assert compose(workspace, "xpyd")["secrets"] == {"hf_token": {"environment": "HF_TOKEN"}}
+
+
+def kv_config(service: dict[str, Any]) -> dict[str, Any]:
+    command = service["command"]
+    parsed: dict[str, Any] = json.loads(command[command.index("--kv-transfer-config") + 1])
+    return parsed
+
+
+def test_xpyd_mp_follows_seed_b(workspace: Workspace) -> None:
+    document = compose(workspace, "xpyd-mp")
+    services = document["services"]
+    assert list(services) == [
+        "lmcache-prefill-0",
+        "prefill-0",
+        "lmcache-decode-0",
+        "decode-0",
+        "router",
+    ]
+    prefill = kv_config(services["prefill-0"])
+    assert prefill["kv_connector"] == "MultiConnector"
+    nixl, mp = prefill["kv_connector_extra_config"]["connectors"]
+    assert (nixl["kv_connector"], nixl["kv_role"], nixl["kv_load_failure_policy"]) == (
+        "NixlConnector",
+        "kv_producer",
+        "fail",
+    )
+    assert mp["kv_connector_extra_config"] == {
+        "lmcache.mp.host": "tcp://127.0.0.1",
+        "lmcache.mp.port": 6555,
+    }
+    assert (
+        kv_config(services["decode-0"])["kv_connector_extra_config"]["connectors"][1][
+            "kv_connector_extra_config"
+        ]["lmcache.mp.port"]
+        == 6556
+    )
+    env = services["decode-0"]["environment"]
+    assert (env["VLLM_NIXL_SIDE_CHANNEL_HOST"], env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == (
+        "127.0.0.1",
+        "5601",
+    )
+    assert (env["UCX_NET_DEVICES"], env["NCCL_CUMEM_ENABLE"]) == ("all", "1")
+    assert services["prefill-0"]["depends_on"] == {
+        "lmcache-prefill-0": {"condition": "service_healthy"}
+    }
+    assert set(services["router"]["depends_on"]) == {"prefill-0", "decode-0"}
+    router = services["router"]["command"]
+    assert router[:1] == ["vllm-router"]
+    assert "--vllm-pd-disaggregation" in router
+    assert router[router.index("--prometheus-port") + 1] == "29000"
+    lmcache = services["lmcache-prefill-0"]["command"]
+    assert lmcache[:2] == ["lmcache", "server"]
+    assert lmcache[lmcache.index("--l1-size-gb") + 1] == "100"
+
+
+def test_cpu_stack_pins_each_engine_to_its_own_core(workspace: Workspace) -> None:
+    services = compose(workspace, "cpu-1p1d")["services"]
+    for name, core in (("prefill-0", "0"), ("decode-0", "1")):
+        service = services[name]
+        assert service["cpuset"] == core
+        assert service["environment"]["VLLM_CPU_OMP_THREADS_BIND"] == core
+        assert {
+            "type": "tmpfs",
+            "target": "/sys/devices/system/node",
+            "read_only": True,
+        } in service["volumes"]
+        assert service["shm_size"] == "1g"
+        assert "deploy" not in service
+        assert "runtime" not in service
+        nixl = kv_config(service)["kv_connector_extra_config"]["connectors"][0]
+        assert nixl["kv_buffer_device"] == "cpu"
+    lmcache = services["lmcache-prefill-0"]["command"]
+    assert lmcache[lmcache.index("--supported-transfer-mode") + 1] == "auto"
+    assert services["lmcache-prefill-0"]["ports"] == [
+        "127.0.0.1:8090:8090"
+    ]  # never beyond the host
+    assert services["router"]["ports"][0] == "30000:30000"
+
+
+def test_multi_host_stacks_render_one_project_per_host(workspace: Workspace) -> None:
+    a, b = (
+        compose(workspace, "xpyd-mp-2host", "gpu-a"),
+        compose(workspace, "xpyd-mp-2host", "gpu-b"),
+    )
+    assert (a["name"], b["name"]) == ("xpyd-xpyd-mp-2host-gpu-a", "xpyd-xpyd-mp-2host-gpu-b")
+    assert set(a["services"]) == {
+        "lmcache-prefill-0",
+        "prefill-0",
+        "lmcache-prefill-1",
+        "prefill-1",
+        "router",
+    }
+    router = a["services"]["router"]["command"]
+    assert router[router.index("--decode") + 1] == "http://10.0.0.12:7200"
+    assert b["volumes"]["model-cache"]["driver_opts"]["device"] == "/data/hf-cache"
+    assert b["services"]["decode-0"]["environment"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_tp8_decoder_gets_a_port_per_rank(workspace: Workspace) -> None:
+    config = yaml.safe_load(
+        (workspace.root / "compose/xpyd-tp8/node-d/lmcache/decode-0.yaml").read_text()
+    )
+    assert config["pd_peer_init_port"] == list(range(7300, 7308))
+    assert config["pd_peer_alloc_port"] == list(range(7400, 7408))
+    assert config["pd_peer_host"] == "10.0.1.2"
+    sender = yaml.safe_load(
+        (workspace.root / "compose/xpyd-tp8/node-p/lmcache/prefill-0.yaml").read_text()
+    )
+    assert sender["pd_proxy_host"] == "10.0.1.1"
+    node_p = compose(workspace, "xpyd-tp8", "node-p")
+    assert node_p["secrets"] == {"hf_token": {"file": "../../../secrets/hf_token"}}
+    devices = node_p["services"]["prefill-0"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert devices["device_ids"] == [str(i) for i in range(8)]

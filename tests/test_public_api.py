@@ -1,0 +1,48 @@
+"""The public surface of each package is explicit (``__all__``) and pinned here."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "generator.spec": {
+        "Spec",
+        "load_spec",
+        "parse_spec",
+        "apply_overrides",
+        "Topology",
+        "Profile",
+        "RouterKind",
+    },
+    "generator.plan": {"Plan", "EnginePlan", "RouterPlan", "HostPlan", "make_plan", "Role"},
+    "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.errors": {
+        "XpydError",
+        "SpecError",
+        "SpecIssue",
+        "PlanError",
+        "RenderError",
+        "DriftError",
+        "DockerError",
+        "StackError",
+    },
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_names(module: str) -> None:
+    exported = set(importlib.import_module(module).__all__)
+    assert PUBLIC[module] <= exported
+    for name in exported:
+        assert hasattr(importlib.import_module(module), name)
+
+
+def test_spec_plan_render_never_import_docker_or_workflow() -> None:
+    import sys
+
+    importlib.import_module("generator.render")
+    importlib.import_module("generator.plan")
+    assert "python_on_whales" not in sys.modules
+    assert not any(name.startswith("generator.workflow") for name in sys.modules)
