@@ -31,7 +31,14 @@ T = TypeVar("T")
 
 
 def big_spec(topology: str) -> dict[str, Any]:
-    hosts = [{"name": f"node-{i:03d}", "address": f"10.1.{i // 250}.{i % 250 + 1}", "gpus": list(range(8))} for i in range(128)]
+    hosts = [
+        {
+            "name": f"node-{i:03d}",
+            "address": f"10.1.{i // 250}.{i % 250 + 1}",
+            "gpus": list(range(8)),
+        }
+        for i in range(128)
+    ]
     return {
         "name": f"big-{topology}",
         "topology": topology,
@@ -60,9 +67,13 @@ def run_once(topology: str, workspace: Workspace, out: Path) -> dict[str, float]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--compose", action="store_true", help="also time `docker compose config -q`")
+    parser.add_argument(
+        "--compose", action="store_true", help="also time `docker compose config -q`"
+    )
     args = parser.parse_args()
     workspace = Workspace(ROOT)
     worst = 0.0
@@ -73,14 +84,21 @@ def main() -> int:
             best = {phase: min(run[phase] for run in runs) for phase in runs[0]}
             total = min(sum(run.values()) for run in runs)
             worst = max(worst, total)
-            phases = "  ".join(f"{phase} {seconds * 1000:7.1f} ms" for phase, seconds in best.items())
-            print(f"64P64D TP=8, 128 hosts, {topology:10s}: total {total * 1000:7.1f} ms  ({phases})")
+            phases = "  ".join(
+                f"{phase} {seconds * 1000:7.1f} ms" for phase, seconds in best.items()
+            )
+            print(
+                f"64P64D TP=8, 128 hosts, {topology:10s}: total {total * 1000:7.1f} ms  ({phases})"
+            )
             if args.compose:
                 files = sorted(out.glob(f"compose/big-{topology}/*/compose.yaml"))
                 start = time.perf_counter()
                 for path in files:
-                    subprocess.run(["docker", "compose", "-f", str(path), "config", "-q"], check=True)
-                print(f"  docker compose config -q over {len(files)} files: {time.perf_counter() - start:.1f} s")
+                    subprocess.run(
+                        ["docker", "compose", "-f", str(path), "config", "-q"], check=True
+                    )
+                elapsed = time.perf_counter() - start
+                print(f"  docker compose config -q over {len(files)} files: {elapsed:.1f} s")
     verdict = "OK" if worst < TARGET_S else "OVER TARGET"
     print(f"slowest total {worst:.3f} s, target < {TARGET_S:.1f} s: {verdict}")
     return 0 if worst < TARGET_S else 1

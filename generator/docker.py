@@ -1,0 +1,143 @@
+"""The one adapter to Docker (python-on-whales): build, up, ps, logs, down of one compose
+project. Its exceptions are translated into ``DockerError`` here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from python_on_whales import DockerClient
+from python_on_whales.exceptions import DockerException
+
+from generator.errors import DockerError
+
+__all__ = ["ComposeStack", "ServiceState", "docker_available"]
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    service: str
+    container: str
+    status: str  # created | running | exited | ...
+    health: str | None  # starting | healthy | unhealthy | None (no healthcheck)
+    exit_code: int | None
+    ports: tuple[str, ...]
+
+    @property
+    def exited(self) -> bool:
+        return self.status in ("exited", "dead")
+
+
+@contextmanager
+def _translated(what: str, hint: str = "") -> Iterator[None]:
+    try:
+        yield
+    except DockerException as exc:
+        output = "\n".join(part for part in (exc.stdout, exc.stderr) if part)
+        raise DockerError(
+            f"{what} failed: {_last_lines(output, 8)}",
+            command=list(exc.docker_command),
+            output=output,
+            hint=hint,
+        ) from exc
+
+
+def _last_lines(text: str, count: int) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(lines[-count:]) if lines else "(no output)"
+
+
+def docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        DockerClient().system.info()
+    except DockerException:
+        return False
+    return True
+
+
+class ComposeStack:
+    """One compose project (one host of a stack), driven through ``docker compose``."""
+
+    def __init__(self, compose_file: Path, project: str) -> None:
+        self.compose_file = compose_file
+        self.project = project
+        self._client = DockerClient(compose_files=[compose_file], compose_project_name=project)
+
+    def build(self, services: list[str], on_line: Callable[[str], None]) -> None:
+        """Build the images of ``services`` (their ``build:`` sections), streaming the log."""
+        with _translated(f"building {', '.join(services)}", "read the build log in the run folder"):
+            stream = self._client.compose.build(services, stream_logs=True)
+            for _source, line in stream or ():
+                on_line(line.decode(errors="replace").rstrip("\n"))
+
+    def up(self, services: list[str], *, with_dependencies: bool = False) -> None:
+        """Create and start ``services`` detached; already-running ones are left alone."""
+        with _translated(f"starting {', '.join(services)}"):
+            self._client.compose.up(
+                services, detach=True, no_build=True, dependencies=with_dependencies, quiet=True
+            )
+
+    def ps(self) -> list[ServiceState]:
+        with _translated("listing the stack's containers"):
+            containers = self._client.compose.ps(all=True)
+        states = []
+        for container in containers:
+            state = container.state
+            health = state.health.status if state.health is not None else None
+            ports = tuple(
+                f"{binding.get('HostIp', '')}:{binding.get('HostPort')}->{port}"
+                for port, bindings in (container.network_settings.ports or {}).items()
+                for binding in bindings or []
+            )
+            labels = container.config.labels or {}
+            service = labels.get("com.docker.compose.service", container.name)
+            states.append(
+                ServiceState(
+                    service, container.name, str(state.status), health, state.exit_code, ports
+                )
+            )
+        return sorted(states, key=lambda s: s.service)
+
+    def logs(self, service: str | None = None, *, tail: int | None = None) -> str:
+        with _translated(f"reading logs of {service or self.project}"):
+            text = self._client.compose.logs(
+                [service] if service else [],
+                tail=str(tail) if tail else None,
+                no_log_prefix=service is not None,
+            )
+        return text if isinstance(text, str) else ""
+
+    def follow_logs(self, service: str | None, on_line: Callable[[str], None]) -> None:
+        with _translated(f"following logs of {service or self.project}"):
+            for _source, line in self._client.compose.logs(
+                [service] if service else [], follow=True, stream=True
+            ):
+                on_line(line.decode(errors="replace").rstrip("\n"))
+
+    def down(self, *, volumes: bool = False) -> None:
+        with _translated(f"removing {self.project}"):
+            self._client.compose.down(remove_orphans=True, volumes=volumes, timeout=30, quiet=True)
+
+    def run_oneoff(self, service: str, command: list[str], volumes: list[tuple[Path, str]]) -> str:
+        """``docker compose run --rm`` a one-off container (e.g. the benchmark); its output."""
+        with _translated(f"running {service}"):
+            output = self._client.compose.run(
+                service,
+                command,
+                remove=True,
+                tty=False,
+                dependencies=False,
+                volumes=[(str(h), c) for h, c in volumes],
+            )
+        return output if isinstance(output, str) else ""
+
+
+def environment_for_docker() -> None:
+    """No buildx here: let the docker CLI fall back to the classic builder where it must."""
+    os.environ.setdefault("COMPOSE_BAKE", "false")

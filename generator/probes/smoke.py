@@ -1,0 +1,233 @@
+"""The smoke test and its verdict: a completion and a streaming chat completion through the
+router, then proof from the decode instances' own counters that the prompt's KV came from
+the prefill side. A 200 OK alone proves nothing: P/D silently falls back to recomputing
+the prompt on the decoder in several known cases, and this verdict fails then.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from generator.plan import Plan
+from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
+from generator.spec import RouterKind, Topology
+
+__all__ = ["SmokeResult", "VerdictRow", "run_smoke"]
+
+_SOURCE = "vllm:prompt_tokens_by_source_total"
+_MAX_TOKENS = 16
+_SENTENCE = (
+    "prefill decode cache tensor router token stream latency batch kernel memory transfer "
+    "network engine model layer attention chunk buffer queue worker request session"
+)
+_WORDS = _SENTENCE.split()
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    check: str
+    observed: str
+    expected: str
+    passed: bool | None  # None: not applicable to this stack
+
+    @property
+    def mark(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "n/a"}[self.passed]
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    rows: list[VerdictRow]
+    completion_text: str
+    chat_text: str
+    prompt_tokens: int
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed is not False for row in self.rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "prompt_tokens": self.prompt_tokens,
+            "rows": [asdict(r) | {"mark": r.mark} for r in self.rows],
+        }
+
+
+def run_smoke(
+    plan: Plan, *, nonce: str, host: str = "127.0.0.1", timeout_s: float = 180.0
+) -> SmokeResult:
+    router = f"http://{host}:{plan.router.port}"
+    model = plan.spec.model.served_name or plan.spec.model.id
+    headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
+    with httpx.Client(timeout=timeout_s) as client:
+        before = _decode_metrics(client, plan, host)
+        objects_before = _lmcache_objects(client, plan, host)
+        prompt = _long_prompt(client, plan, host, model, nonce)
+        completion = _complete(client, router, model, prompt, headers)
+        chat_text, chunks = _chat_stream(
+            client, router, model, _long_prompt(client, plan, host, model, nonce + "-chat"), headers
+        )
+        after = _decode_metrics(client, plan, host)
+        objects_after = _lmcache_objects(client, plan, host)
+    usage = completion.get("usage") or {}
+    rows = [
+        VerdictRow(
+            "completion via router",
+            f"{usage.get('completion_tokens', 0)} tokens",
+            f"{_MAX_TOKENS} tokens",
+            usage.get("completion_tokens") == _MAX_TOKENS,
+        ),
+        VerdictRow(
+            "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
+        ),
+        *_kv_rows(plan, before, after),
+        _stamp_row(plan, completion),
+        _lmcache_row(plan, objects_before, objects_after),
+        VerdictRow("session stickiness", "1 prefill x 1 decode", "same pair per session", None)
+        if len(plan.prefill) * len(plan.decode) == 1
+        else VerdictRow(
+            "session stickiness", "not checked by this version", "same pair per session", None
+        ),
+    ]
+    text = completion["choices"][0].get("text", "") if completion.get("choices") else ""
+    return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))
+
+
+def _decode_metrics(client: httpx.Client, plan: Plan, host: str) -> MetricSamples:
+    """Decode instances' counters, summed over all decoders."""
+    total: MetricSamples = {}
+    for engine in plan.decode:
+        for key, value in scrape_metrics(
+            client, f"http://{host}:{engine.http_port}/metrics"
+        ).items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def _lmcache_objects(client: httpx.Client, plan: Plan, host: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for engine in plan.engines:
+        if engine.lmcache_server is not None:
+            status = client.get(f"http://{host}:{engine.lmcache_server.http_port}/status").json()
+            counts[engine.lmcache_server.service] = int(
+                status["storage_manager"]["l1_manager"]["total_object_count"]
+            )
+    return counts
+
+
+def _long_prompt(client: httpx.Client, plan: Plan, host: str, model: str, nonce: str) -> str:
+    """A fresh prompt (the nonce defeats prefix caches) of a few LMCache chunks, sized with
+    the decoder's own tokenizer to stay inside max_model_len."""
+    chunk = plan.spec.lmcache.chunk_size
+    limit = (plan.spec.model.max_model_len or 4096) - _MAX_TOKENS - 64
+    target = max(1, min(3 * chunk, limit))
+    words = [f"run {nonce}:"] + [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(target)]
+    url = f"http://{host}:{plan.decode[0].http_port}/tokenize"
+    while len(words) > 2:
+        prompt = " ".join(words)
+        count = int(client.post(url, json={"model": model, "prompt": prompt}).json()["count"])
+        if count <= limit:
+            return prompt
+        words = words[: max(2, len(words) * limit // count - 1)]
+    return " ".join(words)
+
+
+def _complete(
+    client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": _MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    response = client.post(f"{router}/v1/completions", json=body, headers=headers)
+    response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def _chat_stream(
+    client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
+) -> tuple[str, int]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": _MAX_TOKENS,
+        "temperature": 0,
+        "stream": True,
+    }
+    text, chunks, done = [], 0, False
+    with client.stream(
+        "POST", f"{router}/v1/chat/completions", json=body, headers=headers
+    ) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            payload = line.removeprefix("data: ").strip()
+            if payload == "[DONE]":
+                done = True
+                break
+            event = json.loads(payload)
+            for choice in event.get("choices", []):
+                text.append((choice.get("delta") or {}).get("content") or "")
+            chunks += 1
+    return "".join(text), chunks if done else 0
+
+
+def _kv_rows(plan: Plan, before: MetricSamples, after: MetricSamples) -> list[VerdictRow]:
+    def delta(name: str, labels: dict[str, str] | None = None) -> float:
+        return metric_sum(after, name, labels) - metric_sum(before, name, labels)
+
+    external = delta(_SOURCE, {"source": "external_kv_transfer"})
+    local = delta(_SOURCE, {"source": "local_compute"})
+    rows = [
+        VerdictRow(
+            "prompt tokens from prefill (decode: external_kv_transfer)",
+            f"{external:.0f}",
+            "> 0",
+            external > 0,
+        ),
+        VerdictRow(
+            "prompt tokens recomputed on decode (local_compute)", f"{local:.0f}", "0", local == 0
+        ),
+    ]
+    if plan.topology is Topology.NIXL_MP:
+        failed = delta("vllm:nixl_num_failed_transfers_total")
+        moved = delta("vllm:nixl_bytes_transferred_sum")
+        rows += [
+            VerdictRow("NIXL failed transfers", f"{failed:.0f}", "0", failed == 0),
+            VerdictRow("NIXL bytes transferred", f"{moved:.0f}", "> 0", moved > 0),
+        ]
+    return rows
+
+
+def _stamp_row(plan: Plan, completion: dict[str, Any]) -> VerdictRow:
+    identifier = str(completion.get("id", ""))
+    if plan.router.kind is RouterKind.VLLM_ROUTER:
+        stamped = "___prefill_addr_" in identifier and "___decode_addr_" in identifier
+        return VerdictRow(
+            "router stamps prefill/decode pair",
+            identifier[:80],
+            "cmpl-___prefill_addr_..___decode_addr_..",
+            stamped,
+        )
+    return VerdictRow(
+        "router stamps prefill/decode pair", identifier[:80], "proxy headers (issue 4)", None
+    )
+
+
+def _lmcache_row(plan: Plan, before: dict[str, int], after: dict[str, int]) -> VerdictRow:
+    if not before:
+        return VerdictRow("LMCache objects stored", "no LMCache server in this topology", "-", None)
+    grown = {name: after[name] - before[name] for name in before}
+    observed = ", ".join(f"{name} +{count}" for name, count in grown.items())
+    prefill_side = sum(count for name, count in grown.items() if "-prefill-" in name)
+    return VerdictRow("LMCache objects stored", observed, "prefill side > 0", prefill_side > 0)

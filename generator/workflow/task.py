@@ -1,0 +1,65 @@
+"""Tasks: plain functions with their options declared where they are defined.
+
+    build = Task("build", build_images, timeout_s=1800)
+    up = Task("up", start_services, retries=1)
+    build >> up          # up runs after build succeeded
+
+A task's function takes the run context and returns an optional one-line summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from generator.workflow.context import RunContext
+
+__all__ = ["DONE_STATES", "FAILED_STATES", "SkipTask", "Task", "TaskState"]
+
+
+class TaskState(StrEnum):
+    PENDING = "pending"  # waiting for its upstream tasks
+    RUNNING = "running"  # its function is executing
+    SUCCESS = "success"  # returned normally
+    FAILED = "failed"  # raised, after its retries
+    UPSTREAM_FAILED = "upstream_failed"  # never ran: something it needs failed
+    SKIPPED = "skipped"  # not asked for (an optional task) or before --from
+    CANCELLED = "cancelled"  # interrupted (Ctrl+C) before or while running
+
+
+DONE_STATES = frozenset({TaskState.SUCCESS, TaskState.SKIPPED})
+FAILED_STATES = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.CANCELLED})
+
+TaskFunction = Callable[["RunContext"], str | None]
+
+
+class SkipTask(Exception):
+    """Raised by a task that decides at run time it has nothing to do (state SKIPPED)."""
+
+
+@dataclass(eq=False)
+class Task:
+    name: str
+    function: TaskFunction
+    description: str = ""
+    retries: int = 0
+    retry_delay_s: float = 2.0
+    timeout_s: float | None = None  # enforced by the task's own waits; recorded for the DAG
+    teardown: bool = False  # runs even when upstream failed, and never masks the first error
+    upstream: list[Task] = field(default_factory=list)
+
+    def __rshift__(self, other: Task | list[Task]) -> Task | list[Task]:
+        for downstream in other if isinstance(other, list) else [other]:
+            downstream.upstream.append(self)
+        return other
+
+    def __rrshift__(self, other: list[Task]) -> Task:
+        for upstream in other:
+            self.upstream.append(upstream)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r})"
