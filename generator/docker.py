@@ -15,7 +15,7 @@ from python_on_whales.exceptions import DockerException
 
 from generator.errors import DockerError
 
-__all__ = ["ComposeStack", "ServiceState", "docker_available"]
+__all__ = ["ComposeStack", "ServiceState", "docker_available", "require_docker"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,17 @@ def _translated(what: str, hint: str = "") -> Iterator[None]:
 def _last_lines(text: str, count: int) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(lines[-count:]) if lines else "(no output)"
+
+
+def require_docker() -> None:
+    if not docker_available():
+        raise DockerError(
+            "no Docker engine answers (docker info failed)",
+            command=["docker", "info"],
+            output="",
+            hint="start it (`bash .ci/setup` installs and starts one) or set DOCKER_HOST",
+        )
+    environment_for_docker()
 
 
 def docker_available() -> bool:

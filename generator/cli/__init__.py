@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from generator.cli import stack_commands
+from generator.cli import run_commands, stack_commands
 
 __all__ = ["app", "main"]
 
@@ -29,6 +29,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 stack_commands.register(app)
+run_commands.register(app)
 
 
 def main() -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.console import Console
 from rich.table import Table
 
 from generator.plan import Plan
 
-__all__ = ["print_plan"]
+if TYPE_CHECKING:
+    from generator.docker import ServiceState
+    from generator.probes import SmokeResult
+    from generator.workflow.graph import Graph
+
+__all__ = ["print_dag", "print_plan", "print_status", "print_verdict"]
 
 
 def print_plan(plan: Plan) -> None:
@@ -74,3 +81,51 @@ def _port_runs(plan: Plan) -> list[tuple[str, int, int, str, str]]:
 
 def _span(ports: tuple[int, ...]) -> str:
     return str(ports[0]) if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"
+
+
+def print_verdict(plan: Plan, result: SmokeResult) -> None:
+    table = Table(title=f"{plan.stack}: smoke verdict", title_justify="left")
+    for column in ("check", "observed", "expected", "result"):
+        table.add_column(column)
+    colors = {"PASS": "green", "FAIL": "red", "n/a": "dim"}
+    for row in result.rows:
+        table.add_row(row.check, row.observed, row.expected, f"[{colors[row.mark]}]{row.mark}[/]")
+    console = Console(highlight=False)
+    console.print(table)
+    verdict = "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]"
+    console.print(f"verdict: {verdict}  (completion: {result.completion_text[:60]!r})")
+
+
+def print_status(project: str, states: list[ServiceState], last_run: dict[str, Any] | None) -> None:
+    console = Console(highlight=False)
+    table = Table(title=f"{project}", title_justify="left")
+    for column in ("service", "state", "health", "ports"):
+        table.add_column(column)
+    for state in states:
+        table.add_row(
+            state.service, state.status, state.health or "-", ", ".join(state.ports) or "-"
+        )
+    console.print(table if states else f"{project}: no containers")
+    if last_run is not None:
+        tasks = last_run.get("tasks", {})
+        failed = [
+            name
+            for name, task in tasks.items()
+            if task.get("state") in ("failed", "upstream_failed")
+        ]
+        console.print(
+            f"last run {last_run['run_id']}: {last_run['status']} ({last_run['started_at']} .. "
+            f"{last_run.get('ended_at') or 'running'})"
+            + (f", failed: {', '.join(failed)}" if failed else "")
+        )
+
+
+def print_dag(graph: Graph) -> None:
+    console = Console(highlight=False)
+    for depth, names in enumerate(graph.levels()):
+        for name in names:
+            task = graph.by_name[name]
+            after = ", ".join(u.name for u in task.upstream) or "-"
+            marker = " (teardown)" if task.teardown else ""
+            line = f"{depth:2d}  [bold]{name}[/bold]{marker}  after: {after}"
+            console.print(f"{line}  [dim]{task.description}[/dim]")

@@ -13,7 +13,13 @@ from generator.plan import Plan
 from generator.render.images import ImageBuild
 from generator.render.lmcache import lmcache_pd_config
 from generator.render.router import proxy_config
-from generator.render.services import engine_service, lmcache_service, router_service
+from generator.render.services import (
+    base_image_service,
+    bench_service,
+    engine_service,
+    lmcache_service,
+    router_service,
+)
 from generator.spec import RouterKind, Topology
 
 __all__ = ["ComposeProject", "compose_projects", "dump_yaml", "project_name"]
@@ -51,6 +57,8 @@ def _project(plan: Plan, host: str, images: list[ImageBuild]) -> ComposeProject:
     services: dict[str, Any] = {}
     configs: dict[str, Any] = {}
     files: dict[PurePosixPath, str] = {}
+    if plan.engines_on(host):
+        services["engine-base"] = base_image_service(by_role["engine-base"])
     for engine in plan.engines_on(host):
         config = None
         if plan.topology is Topology.LMCACHE_PD:
@@ -72,6 +80,7 @@ def _project(plan: Plan, host: str, images: list[ImageBuild]) -> ComposeProject:
             )
             configs[config] = {"file": "./router.yaml"}
         services[plan.router.service] = router_service(plan, by_role["router"], config)
+        services["bench"] = bench_service(plan, by_role["decode"], _env_files(plan, root))
     document = _document(plan, host, services, configs, root)
     return ComposeProject(host, project_name(plan, host), directory, document, files)
 
@@ -80,13 +89,13 @@ def _document(
     plan: Plan, host: str, services: dict[str, Any], configs: dict[str, Any], root: PurePosixPath
 ) -> dict[str, Any]:
     document: dict[str, Any] = {"name": project_name(plan, host), "services": services}
-    engines_here = bool(plan.engines_on(host))
-    if engines_here:
+    uses_models = bool(plan.engines_on(host)) or plan.router.host == host  # engines, bench
+    if uses_models:
         document["volumes"] = {"model-cache": _model_volume(plan)}
     if configs:
         document["configs"] = configs
     secrets = _secrets(plan, root)
-    if secrets and engines_here:
+    if secrets and uses_models:
         document["secrets"] = secrets
     document["x-xpyd"] = {"stack": plan.stack, "host": host, "topology": plan.topology.value}
     return document

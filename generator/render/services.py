@@ -29,6 +29,8 @@ from generator.spec import GroupSpec, Profile, RouterKind, Topology
 
 __all__ = [
     "HF_HOME",
+    "base_image_service",
+    "bench_service",
     "engine_service",
     "lmcache_service",
     "router_service",
@@ -49,7 +51,7 @@ def engine_service(
     service["volumes"] = _engine_volumes(plan)
     if config is not None:
         service["configs"] = [{"source": config, "target": LMCACHE_CONFIG_PATH, "mode": 0o444}]
-    if plan.spec.hf.token is not None and (plan.spec.hf.token.env or plan.spec.hf.token.file):
+    if _token_secret(plan):
         service["secrets"] = ["hf_token"]
     if env_files:
         service["env_file"] = env_files
@@ -92,12 +94,45 @@ def router_service(plan: Plan, image: Service, config: str | None) -> Service:
     return service | _common(plan, "router", router.service, router.host)
 
 
+def base_image_service(image: Service) -> Service:
+    """Not a running service: gives the shared base image a place in compose, so that
+    `docker compose build engine-base` builds it (before the role images that use it)."""
+    return {**image, "profiles": ["build"]}
+
+
+def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
+    """A one-off container for vLLM's serving benchmark (`docker compose run --rm bench`):
+    the engine image has vLLM and the tokenizer; it reaches the router like a client."""
+    service: Service = {"image": image["image"], "profiles": ["bench"]}
+    service["command"] = ["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--help"]
+    env = {"HF_HOME": HF_HOME}
+    if plan.spec.hf.offline or plan.spec.model.source != "hub":
+        env["HF_HUB_OFFLINE"] = "1"
+    if _token_secret(plan):
+        env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"
+        service["secrets"] = ["hf_token"]
+    service["environment"] = env
+    if env_files:
+        service["env_file"] = env_files
+    if plan.network == "host":
+        service["network_mode"] = "host"
+    service["volumes"] = [f"model-cache:{HF_HOME}"]
+    if plan.spec.model.source == "host-path":
+        service["volumes"].append(f"{plan.spec.model.host_path}:{plan.spec.model.id}:ro")
+    return service | _common(plan, "bench", "bench", plan.router.host)
+
+
+def _token_secret(plan: Plan) -> bool:
+    token = plan.spec.hf.token
+    return token is not None and bool(token.env or token.file)
+
+
 def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
     spec = plan.spec
     env = {"PYTHONHASHSEED": "0", "HF_HOME": HF_HOME}  # same hash seed: same KV chunk keys
     if spec.hf.offline or spec.model.source != "hub":
         env["HF_HUB_OFFLINE"] = "1"
-    if spec.hf.token is not None and (spec.hf.token.env or spec.hf.token.file):
+    if _token_secret(plan):
         env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"  # a compose secret, never an env value
     if spec.networking.ucx_tls:
         env["UCX_TLS"] = spec.networking.ucx_tls

@@ -11,6 +11,7 @@ from generator.console import info
 from generator.docker import ComposeStack
 from generator.paths import Workspace
 from generator.plan import Plan
+from generator.probes import SmokeResult
 from generator.render import ComposeProject, RenderedStack
 from generator.workflow.records import RunRecord
 
@@ -32,6 +33,7 @@ class RunContext:
     rendered: RenderedStack
     options: RunOptions
     record: RunRecord
+    verdict: SmokeResult | None = None
     _stack: ComposeStack | None = field(default=None, repr=False)
     _started: float = field(default_factory=time.monotonic, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
     from generator.workflow.context import RunContext
@@ -51,6 +51,10 @@ class Task:
     teardown: bool = False  # runs even when upstream failed, and never masks the first error
     upstream: list[Task] = field(default_factory=list)
 
+    @overload
+    def __rshift__(self, other: Task) -> Task: ...
+    @overload
+    def __rshift__(self, other: list[Task]) -> list[Task]: ...
     def __rshift__(self, other: Task | list[Task]) -> Task | list[Task]:
         for downstream in other if isinstance(other, list) else [other]:
             downstream.upstream.append(self)

@@ -1,0 +1,171 @@
+"""up / down / status / logs / dag: commands that drive Docker."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+__all__ = ["register"]
+
+StackArg = Annotated[
+    str, typer.Argument(help="Stack name (stacks/<name>.yaml) or spec path.", show_default=False)
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Override a spec value, e.g. --set router.port=31000.", show_default=False
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Stacks")(up)
+    app.command(rich_help_panel="Stacks")(down)
+    app.command(rich_help_panel="Stacks")(status)
+    app.command(rich_help_panel="Stacks")(logs)
+    app.command(rich_help_panel="Stacks")(dag)
+
+
+def up(
+    stack: StackArg,
+    set_: SetOpt = None,
+    bench: Annotated[
+        bool, typer.Option("--bench", help="Run vLLM's serving benchmark after the smoke verdict.")
+    ] = False,
+    down_after: Annotated[
+        bool, typer.Option("--down", help="Remove the stack at the end, whatever happened.")
+    ] = False,
+    teardown_on_failure: Annotated[
+        bool,
+        typer.Option(
+            "--teardown-on-failure",
+            help="Remove the stack if a task fails (default: keep it to inspect).",
+        ),
+    ] = False,
+    start_from: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="Resume at this task (see `dag`); earlier tasks count as done."
+        ),
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Name of the run folder under runs/.")
+    ] = None,
+    wait_scale: Annotated[
+        float,
+        typer.Option(
+            "--wait-scale",
+            envvar="XPYD_WAIT_SCALE",
+            help="Multiply every health deadline (slow hosts).",
+        ),
+    ] = 1.0,
+) -> None:
+    """Bring a stack up and prove it works: render, build images, start LMCache servers,
+    engines and router in dependency order, wait for real health, then a smoke request whose
+    verdict shows the KV really moved from prefill to decode (exit 1 if not).
+
+    The run's record (task states, times, errors, plan, verdict) and every service's log go
+    to runs/<run-id>/. A second `up` of a running stack is a no-op apart from the smoke.
+    """
+    from generator.console import success
+    from generator.docker import require_docker
+    from generator.paths import find_workspace
+    from generator.workbench import load_plan
+    from generator.workflow import up_stack
+    from generator.workflow.context import RunOptions
+    from generator.workflow.run import make_context
+
+    require_docker()
+    plan = load_plan(stack, set_ or [])
+    options = RunOptions(
+        bench=bench, down=down_after, teardown_on_failure=teardown_on_failure, wait_scale=wait_scale
+    )
+    context = make_context(plan, find_workspace(), options, run_id)
+    up_stack(context, start_from=start_from)
+    success(f"{plan.stack}: up, verdict PASS (record: {context.run_dir / 'run.json'})")
+
+
+def down(
+    stack: StackArg,
+    volumes: Annotated[
+        bool, typer.Option("--volumes", help="Also remove volumes (the shared model cache!).")
+    ] = False,
+) -> None:
+    """Remove a stack's containers and networks (volumes only with --volumes)."""
+    from generator.console import success
+    from generator.docker import require_docker
+    from generator.paths import find_workspace
+    from generator.workbench import load_plan
+    from generator.workflow import down_stack
+
+    require_docker()
+    for project in down_stack(load_plan(stack), find_workspace(), volumes=volumes):
+        success(f"removed {project}")
+
+
+def status(stack: StackArg) -> None:
+    """The live stack (services, state, health, ports) and its last run."""
+    from generator.cli.tables import print_status
+    from generator.docker import ComposeStack, require_docker
+    from generator.paths import find_workspace
+    from generator.render import render_stack
+    from generator.workbench import load_plan
+    from generator.workflow.records import latest_run
+
+    require_docker()
+    workspace = find_workspace()
+    plan = load_plan(stack)
+    for project in render_stack(plan, workspace).projects:
+        states = ComposeStack(workspace.root / project.compose_file, project.name).ps()
+        print_status(project.name, states, latest_run(workspace.runs_dir, plan.stack))
+
+
+def logs(
+    stack: StackArg,
+    service: Annotated[
+        str | None, typer.Argument(help="One service (e.g. decode-0); all if omitted.")
+    ] = None,
+    tail: Annotated[int | None, typer.Option(help="Only the last N lines.")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+    ] = False,
+) -> None:
+    """Print a stack's logs (one service, or all of them)."""
+    from generator.docker import ComposeStack, require_docker
+    from generator.paths import find_workspace
+    from generator.render import render_stack
+    from generator.workbench import load_plan
+
+    require_docker()
+    workspace = find_workspace()
+    for project in render_stack(load_plan(stack), workspace).projects:
+        compose = ComposeStack(workspace.root / project.compose_file, project.name)
+        if follow:
+            compose.follow_logs(service, typer.echo)
+        else:
+            typer.echo(compose.logs(service, tail=tail), nl=False)
+
+
+def dag(
+    stack: StackArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the graph as JSON.")] = False,
+) -> None:
+    """Show the task graph `up` runs for a stack (what runs after what, what runs in parallel)."""
+    import json
+
+    from generator.cli.tables import print_dag
+    from generator.workbench import load_plan
+    from generator.workflow import dag_of
+
+    graph = dag_of(load_plan(stack))
+    if as_json:
+        tasks = {
+            t.name: {"after": [u.name for u in t.upstream], "description": t.description}
+            for t in graph.tasks
+        }
+        typer.echo(
+            json.dumps({"order": graph.order, "levels": graph.levels(), "tasks": tasks}, indent=2)
+        )
+    else:
+        print_dag(graph)

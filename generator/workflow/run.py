@@ -1,0 +1,106 @@
+"""Entry points the CLI calls: up (run the graph), down, and the graph itself for `dag`."""
+
+from __future__ import annotations
+
+from generator.console import error, info, stderr
+from generator.errors import StackError, XpydError
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.render import render_stack
+from generator.workflow.context import RunContext, RunOptions
+from generator.workflow.graph import Graph
+from generator.workflow.records import RunRecord, new_run_id
+from generator.workflow.runner import TaskFailure, run_graph
+from generator.workflow.stack import build_graph, default_selection
+
+__all__ = ["dag_of", "down_stack", "make_context", "up_stack"]
+
+_LOG_TAIL = 30
+
+
+def dag_of(plan: Plan) -> Graph:
+    return build_graph(plan)
+
+
+def make_context(
+    plan: Plan, workspace: Workspace, options: RunOptions, run_id: str | None
+) -> RunContext:
+    if plan.is_multi_host:
+        raise XpydError(
+            f"{plan.stack} spans {len(plan.hosts)} hosts; `up` drives one Docker engine",
+            hint=f"run each compose/{plan.stack}/<host>/ on its host (multi-host up comes later)",
+        )
+    rendered = render_stack(plan, workspace)
+    run_id = run_id or new_run_id(plan.stack)
+    record = RunRecord(
+        run_id=run_id,
+        stack=plan.stack,
+        directory=workspace.runs_dir / run_id,
+        plan=plan.model_dump(mode="json"),
+        options={
+            "bench": options.bench,
+            "down": options.down,
+            "teardown_on_failure": options.teardown_on_failure,
+        },
+    )
+    return RunContext(plan, workspace, rendered, options, record)
+
+
+def up_stack(context: RunContext, *, start_from: str | None = None) -> None:
+    graph = build_graph(context.plan)
+    selected = default_selection(graph, context, start_from)
+    info(
+        f"run {context.record.run_id}: {len(selected)} tasks, record in {context.run_dir}/run.json"
+    )
+    try:
+        run_graph(graph, context, selected=selected, on_interrupt=lambda: _interrupted(context))
+    except TaskFailure as failure:
+        _report_failure(context, failure)
+        raise
+    finally:
+        _save_logs(context)
+        if context.verdict is not None:
+            from generator.cli.tables import print_verdict
+
+            print_verdict(context.plan, context.verdict)
+
+
+def _interrupted(context: RunContext) -> None:
+    error("interrupted: removing the stack's containers so nothing is left running")
+    context.stack.down()
+
+
+def _report_failure(context: RunContext, failure: TaskFailure) -> None:
+    cause = failure.__cause__
+    if isinstance(cause, StackError):
+        return  # its message already holds the failing service's log tail
+    for state in context.stack.ps():
+        if state.exited or state.health == "unhealthy":
+            health = state.health or "no health"
+            stderr.print(f"[red]{state.service}[/red] is {state.status} ({health}); last lines:")
+            stderr.print(
+                context.stack.logs(state.service, tail=_LOG_TAIL), markup=False, highlight=False
+            )
+
+
+def _save_logs(context: RunContext) -> None:
+    """Every service's full log beside run.json (kept for CI artifacts and post-mortems)."""
+    try:
+        states = context.stack.ps()
+    except XpydError:
+        return
+    context.record.logs_dir.mkdir(parents=True, exist_ok=True)
+    for state in states:
+        text = context.stack.logs(state.service)
+        (context.record.logs_dir / f"{state.service}.log").write_text(text, encoding="utf-8")
+
+
+def down_stack(plan: Plan, workspace: Workspace, *, volumes: bool) -> list[str]:
+    from generator.docker import ComposeStack
+
+    removed = []
+    for project in render_stack(plan, workspace).projects:
+        compose_file = workspace.root / project.compose_file
+        ComposeStack(compose_file, project.name).down(volumes=volumes)
+        removed.append(project.name)
+    return removed

@@ -1,0 +1,272 @@
+"""The task graph that brings a stack up, and the functions of its tasks.
+
+render -> preflight -> build-base -> build-roles -> start-lmcache -> wait-lmcache
+  -> start-engines -> wait-<engine> (in parallel) -> start-router -> wait-router
+  -> smoke -> [bench] -> [down]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+
+from generator.errors import StackError
+from generator.plan import EnginePlan, Plan
+from generator.probes import Check, run_smoke, wait_until_ready
+from generator.render.writer import write_rendered
+from generator.spec import Profile, Topology
+from generator.workflow.context import RunContext
+from generator.workflow.graph import Graph
+from generator.workflow.preflight import busy_ports, describe_busy, published_ports
+from generator.workflow.task import SkipTask, Task
+
+__all__ = ["build_graph", "default_selection"]
+
+_ENGINE_DEADLINE_S = {Profile.GPU: 1800.0, Profile.CPU: 300.0}
+_LMCACHE_DEADLINE_S = 120.0
+_ROUTER_DEADLINE_S = 120.0
+_LOG_TAIL = 40
+
+
+def build_graph(plan: Plan) -> Graph:
+    t = _tasks()
+    waits = [_engine_wait(engine) for engine in plan.engines]
+    t["render"] >> t["preflight"] >> [t["build-base"], t["build-router"]]
+    t["build-base"] >> t["build-roles"]
+    chain = [t["render"], t["preflight"], t["build-base"], t["build-router"], t["build-roles"]]
+    if plan.topology is Topology.NIXL_MP:
+        t["build-roles"] >> t["start-lmcache"] >> t["wait-lmcache"] >> t["start-engines"]
+        chain += [t["start-lmcache"], t["wait-lmcache"]]
+    else:
+        t["build-roles"] >> t["start-engines"]
+    t["start-engines"] >> waits
+    [*waits, t["build-router"]] >> t["start-router"]
+    t["start-router"] >> t["wait-router"] >> t["smoke"] >> t["bench"] >> t["down"]
+    tail = ["start-router", "wait-router", "smoke", "bench", "down"]
+    return Graph([*chain, t["start-engines"], *waits, *(t[name] for name in tail)])
+
+
+def _tasks() -> dict[str, Task]:
+    tasks = [
+        Task("render", render_files, "write compose/ and images/ for this stack"),
+        Task("preflight", check_host, "Docker answers; the stack's host ports are free"),
+        Task("build-base", build_base_image, "build the shared engine base image"),
+        Task("build-router", build_router_image, "build the router image"),
+        Task("build-roles", build_role_images, "build the prefill/decode/lmcache images"),
+        Task("start-lmcache", start_lmcache_fn, "start one `lmcache server` per engine"),
+        Task("wait-lmcache", wait_lmcache_fn, "LMCache /healthcheck of every server"),
+        Task("start-engines", start_engines_fn, "start every prefill and decode engine"),
+        Task("start-router", start_router_fn, "start the router"),
+        Task("wait-router", wait_router_fn, "router /health, then one routed request"),
+        Task("smoke", smoke_fn, "completion + streaming chat; verdict from decode metrics"),
+        Task("bench", bench_fn, "vLLM's serving benchmark through the router (optional)"),
+        Task("down", down_fn, "remove the stack (--down or --teardown-on-failure)", teardown=True),
+    ]
+    return {task.name: task for task in tasks}
+
+
+def default_selection(graph: Graph, context: RunContext, start_from: str | None) -> set[str]:
+    names = set(graph.order)
+    if start_from is not None:
+        graph.task(start_from)  # a clear error for an unknown name
+        names = graph.downstream_of(start_from)
+    if not context.options.bench:
+        names.discard("bench")
+    if not (context.options.down or context.options.teardown_on_failure):
+        names.discard("down")
+    return names
+
+
+def _engine_wait(engine: EnginePlan) -> Task:
+    def wait(context: RunContext) -> str:
+        return wait_engine(context, engine)
+
+    return Task(
+        f"wait-{engine.name}", wait, f"{engine.name}: /health, then /v1/models lists the model"
+    )
+
+
+def render_files(context: RunContext) -> str:
+    written = write_rendered(context.rendered, context.workspace.root)
+    return f"{len(written)} files"
+
+
+def check_host(context: RunContext) -> str:
+    running = {s.service for s in context.stack.ps() if s.status == "running"}
+    ports = published_ports(context.plan, context.project)
+    busy = busy_ports(ports, running)
+    if busy:
+        raise describe_busy(busy)
+    return f"{len(ports)} ports free" + (
+        f", {len(running)} services already running" if running else ""
+    )
+
+
+def _build(context: RunContext, services: list[str], log_name: str) -> str:
+    log_path = context.record.logs_dir / log_name
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    last = [started]
+    with log_path.open("w", encoding="utf-8") as log:
+
+        def on_line(line: str) -> None:
+            log.write(line + "\n")
+            if time.monotonic() - last[0] > 20:
+                last[0] = time.monotonic()
+                context.progress(f"building {', '.join(services)}: {line[:100]}")
+
+        context.stack.build(services, on_line)
+    return f"{time.monotonic() - started:.0f} s, log {log_path.relative_to(context.run_dir)}"
+
+
+def build_base_image(context: RunContext) -> str:
+    return _build(context, ["engine-base"], "build-engine-base.log")
+
+
+def build_role_images(context: RunContext) -> str:
+    # One service per image is enough: compose builds by service, the tag is shared.
+    wanted = {"prefill", "decode", "lmcache"}
+    services, seen = [], set()
+    for name, service in context.project.document["services"].items():
+        role = service.get("labels", {}).get("org.xpyd.role")
+        if role in wanted and service["image"] not in seen:
+            services.append(name)
+            seen.add(service["image"])
+    return _build(context, services, "build-roles.log")
+
+
+def build_router_image(context: RunContext) -> str:
+    return _build(context, [context.plan.router.service], "build-router.log")
+
+
+def _lmcache_services(plan: Plan) -> list[str]:
+    return [e.lmcache_server.service for e in plan.engines if e.lmcache_server is not None]
+
+
+def start_lmcache_fn(context: RunContext) -> str:
+    services = _lmcache_services(context.plan)
+    context.stack.up(services)
+    return ", ".join(services)
+
+
+def _alive(context: RunContext, service: str) -> Callable[[], None]:
+    def assert_alive() -> None:
+        state = next((s for s in context.stack.ps() if s.service == service), None)
+        if state is None or state.exited:
+            code = state.exit_code if state else None
+            tail = context.stack.logs(service, tail=_LOG_TAIL)
+            stack = context.plan.stack
+            raise StackError(
+                f"{service} exited (code {code}) while we waited for it; last log lines:\n{tail}",
+                hint=f"fix the cause (stack kept; python -m generator logs {stack} {service})",
+            )
+
+    return assert_alive
+
+
+def wait_lmcache_fn(context: RunContext) -> str:
+    waited = []
+    for engine in context.plan.engines:
+        server = engine.lmcache_server
+        assert server is not None
+        check = Check(f"http://127.0.0.1:{server.http_port}/healthcheck")
+        seconds = wait_until_ready(
+            server.service,
+            [check],
+            deadline_s=_LMCACHE_DEADLINE_S * context.options.wait_scale,
+            assert_alive=_alive(context, server.service),
+            progress=context.progress,
+        )
+        waited.append(f"{server.service} {seconds:.0f} s")
+    return ", ".join(waited)
+
+
+def start_engines_fn(context: RunContext) -> str:
+    names = [engine.name for engine in context.plan.engines]
+    context.stack.up(names)
+    return ", ".join(names)
+
+
+def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
+    def accept(response: httpx.Response) -> str | None:
+        served = [entry.get("id") for entry in response.json().get("data", [])]
+        return None if model in served else f"model {model!r} not listed yet ({served})"
+
+    return accept
+
+
+def wait_engine(context: RunContext, engine: EnginePlan) -> str:
+    plan = context.plan
+    model = plan.spec.model.served_name or plan.spec.model.id
+    base = f"http://127.0.0.1:{engine.http_port}"
+    checks = [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(model))]
+    deadline = _ENGINE_DEADLINE_S[plan.profile] * context.options.wait_scale
+    seconds = wait_until_ready(
+        engine.name,
+        checks,
+        deadline_s=deadline,
+        assert_alive=_alive(context, engine.name),
+        progress=context.progress,
+    )
+    return f"ready in {seconds:.0f} s"
+
+
+def start_router_fn(context: RunContext) -> str:
+    context.stack.up([context.plan.router.service])
+    return context.plan.router.kind.value
+
+
+def wait_router_fn(context: RunContext) -> str:
+    plan = context.plan
+    service = plan.router.service
+    url = f"http://127.0.0.1:{plan.router.port}"
+    seconds = wait_until_ready(
+        service,
+        [Check(f"{url}/health")],
+        deadline_s=_ROUTER_DEADLINE_S * context.options.wait_scale,
+        assert_alive=_alive(context, service),
+        progress=context.progress,
+    )
+    model = plan.spec.model.served_name or plan.spec.model.id
+    body = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+    response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+    if response.status_code != 200:
+        raise StackError(
+            f"router is healthy but a routed request got HTTP {response.status_code}: "
+            f"{response.text[:300]}",
+            hint="check the router and engine logs",
+        )
+    return f"healthy in {seconds:.0f} s, routed request OK"
+
+
+def smoke_fn(context: RunContext) -> str:
+    result = run_smoke(context.plan, nonce=context.record.run_id)
+    context.record.add_result("smoke", result.as_dict())
+    context.verdict = result
+    if not result.passed:
+        failed = [row.check for row in result.rows if row.passed is False]
+        raise StackError(
+            "smoke verdict FAILED: "
+            + "; ".join(failed)
+            + " (P/D answered, but the KV path is not proven)",
+            hint="read the verdict table above and the decode logs (KV Transfer metrics lines)",
+        )
+    return f"verdict PASS, {result.prompt_tokens}-token prompt"
+
+
+def bench_fn(context: RunContext) -> str:
+    from generator.workflow.bench import run_bench
+
+    summary = run_bench(context)
+    context.record.add_result("bench", summary)
+    return json.dumps(summary)[:120]
+
+
+def down_fn(context: RunContext) -> str:
+    if not context.options.down and not context.failed():
+        raise SkipTask("nothing failed; stack kept (use --down to remove it)")
+    context.stack.down()
+    return "containers and networks removed"
