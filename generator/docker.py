@@ -15,7 +15,13 @@ from python_on_whales.exceptions import DockerException
 
 from generator.errors import DockerError
 
-__all__ = ["ComposeStack", "ServiceState", "docker_available", "require_docker"]
+__all__ = [
+    "ComposeStack",
+    "ServiceState",
+    "docker_available",
+    "ensure_image",
+    "require_docker",
+]
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,19 @@ def docker_available() -> bool:
     except DockerException:
         return False
     return True
+
+
+def ensure_image(tag: str) -> str:
+    """Present locally, or pulled now. Returns how it was found."""
+    client = DockerClient()
+    if client.image.exists(tag):
+        return "present"
+    with _translated(
+        f"pulling {tag}",
+        "no registry? `bash .ci/setup` makes debian:bookworm-slim locally with debootstrap",
+    ):
+        client.image.pull(tag, quiet=True)
+    return "pulled"
 
 
 class ComposeStack:

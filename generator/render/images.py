@@ -30,7 +30,8 @@ class ImageBuild:
     tag: str
     dockerfile: PurePosixPath  # relative to the workspace root, which is the build context
     text: str
-    base_role: str | None  # the image this one is FROM, built first
+    base_role: str | None  # the image of this stack it is FROM, built first
+    from_image: str | None = None  # an outside image it is FROM (pulled, or made locally)
 
 
 def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
@@ -78,7 +79,7 @@ def _engine_base(plan: Plan, workspace: Workspace) -> ImageBuild:
     inputs = [ENGINE_LOCK] if cpu else []
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     tag = _tag(plan, workspace, "engine-base", text, inputs)
-    return ImageBuild("engine-base", tag, _dockerfile(plan, "engine-base"), text, None)
+    return ImageBuild("engine-base", tag, _dockerfile(plan, "engine-base"), text, None, base_image)
 
 
 def _engine_role(plan: Plan, workspace: Workspace, role: str, base: ImageBuild) -> ImageBuild:
@@ -96,10 +97,11 @@ def _engine_role(plan: Plan, workspace: Workspace, role: str, base: ImageBuild) 
 
 def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
     spec = plan.spec
+    base_image = spec.images.router_base or load_versions().base_images.router
     text = render_template(
         workspace.templates_dir,
         "router.Dockerfile.j2",
-        base_image=spec.images.router_base or load_versions().base_images.router,
+        base_image=base_image,
         versions=_pins(plan),
         pip=spec.images.pip,
         lock=ROUTER_LOCK,
@@ -112,4 +114,4 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         if plan.router.kind is RouterKind.PROXY
     )
     tag = _tag(plan, workspace, "router", text, [ROUTER_LOCK, *sources])
-    return ImageBuild("router", tag, _dockerfile(plan, "router"), text, None)
+    return ImageBuild("router", tag, _dockerfile(plan, "router"), text, None, base_image)

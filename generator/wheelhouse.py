@@ -1,0 +1,91 @@
+"""Fill a stack's wheelhouse (images/<images.pip.wheelhouse>/) from the lock files its images
+install, so builds need no index, no proxy and no CA inside the build.
+
+Wheels are fetched for the images' Python and glibc (Debian bookworm: CPython 3.11, glibc
+2.36), not the host's, with the host's own pip settings (index, proxy CA, find-links).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from generator.errors import XpydError
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.render.images import ENGINE_LOCK, ROUTER_LOCK
+from generator.spec import Profile
+
+__all__ = ["fill_wheelhouse", "locks_for", "wheelhouse_dir"]
+
+_PYTHON = "3.11"
+_GLIBC_MINOR = 36  # Debian bookworm
+_PLATFORMS = [
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(_GLIBC_MINOR, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+]
+
+
+def wheelhouse_dir(plan: Plan, workspace: Workspace) -> Path | None:
+    folder = plan.spec.images.pip.wheelhouse
+    return workspace.images_dir / folder if folder else None
+
+
+def locks_for(plan: Plan) -> list[str]:
+    """The lock files of the images this stack builds from the wheelhouse."""
+    return ([ENGINE_LOCK] if plan.profile is Profile.CPU else []) + [ROUTER_LOCK]
+
+
+def fill_wheelhouse(plan: Plan, workspace: Workspace, on_line: Callable[[str], None]) -> str:
+    target = wheelhouse_dir(plan, workspace)
+    if target is None:
+        return "no wheelhouse in this stack (builds use the index)"
+    target.mkdir(parents=True, exist_ok=True)
+    fetched = []
+    for lock in locks_for(plan):
+        lock_path = workspace.root / lock
+        marker = target / f".complete-{Path(lock).stem}-{_digest(lock_path)}"
+        if marker.exists():
+            continue
+        _download(lock_path, target, on_line)
+        marker.write_text("complete\n", encoding="utf-8")
+        fetched.append(Path(lock).name)
+    wheels = len(list(target.glob("*.whl")))
+    return (
+        f"fetched {', '.join(fetched)}; {wheels} wheels"
+        if fetched
+        else f"up to date, {wheels} wheels"
+    )
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def _download(lock: Path, target: Path, on_line: Callable[[str], None]) -> None:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    command += ["--python-version", _PYTHON, "--implementation", "cp", "--progress-bar", "off"]
+    for platform in _PLATFORMS:
+        command += ["--platform", platform]
+    command += ["-r", str(lock), "-d", str(target)]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            on_line(line.rstrip())
+        if process.wait() != 0:
+            tail = "\n".join(lines[-10:])
+            raise XpydError(
+                f"pip could not download the wheels of {lock.name}:\n{tail}",
+                hint="check network/proxy settings (pip config list); a torch +cpu wheel may need "
+                "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu",
+            )

@@ -1,0 +1,185 @@
+"""The task graph and its runner, with plain in-process task functions (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from generator.errors import StackError, XpydError
+from generator.paths import Workspace
+from generator.plan import make_plan
+from generator.render import render_stack
+from generator.spec import load_spec
+from generator.workflow.context import RunContext, RunOptions
+from generator.workflow.graph import Graph
+from generator.workflow.records import RunRecord, latest_run
+from generator.workflow.runner import TaskFailure, run_graph
+from generator.workflow.stack import build_graph, default_selection
+from generator.workflow.task import SkipTask, Task, TaskState
+
+
+def context(workspace: Workspace, tmp_path: Path, **options: bool) -> RunContext:
+    plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
+    record = RunRecord("run-1", plan.stack, tmp_path / "run-1", {}, {})
+    return RunContext(plan, workspace, render_stack(plan, workspace), RunOptions(**options), record)
+
+
+def states(ctx: RunContext) -> dict[str, str]:
+    return {name: task.state.value for name, task in ctx.record.tasks.items()}
+
+
+def test_independent_tasks_run_concurrently(workspace: Workspace, tmp_path: Path) -> None:
+    barrier = threading.Barrier(2, timeout=5)
+    a = Task("a", lambda _: str(barrier.wait()))
+    b = Task("b", lambda _: str(barrier.wait()))  # both must be running at once to pass
+    c = Task("c", lambda _: "joined")
+    [a, b] >> c
+    ctx = context(workspace, tmp_path)
+    run_graph(Graph([a, b, c]), ctx, selected={"a", "b", "c"})
+    assert states(ctx) == {"a": "success", "b": "success", "c": "success"}
+
+
+def test_failure_stops_dependents_and_teardown_still_runs(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+
+    def boom(_: RunContext) -> str:
+        raise StackError("engine exited", hint="read its log")
+
+    def record_run(name: str) -> Callable[[RunContext], str]:
+        def function(_: RunContext) -> str:
+            ran.append(name)
+            return name
+
+        return function
+
+    a, fail = Task("a", lambda _: "ok"), Task("fail", boom)
+    after = Task("after", record_run("after"))
+    down = Task("down", record_run("down"), teardown=True)
+    a >> fail >> after >> down
+    ctx = context(workspace, tmp_path)
+    with pytest.raises(TaskFailure) as caught:
+        run_graph(Graph([a, fail, after, down]), ctx, selected={"a", "fail", "after", "down"})
+    assert caught.value.task == "fail"
+    assert str(caught.value) == "task fail failed: engine exited\n  fix: read its log"
+    assert states(ctx) == {
+        "a": "success",
+        "fail": "failed",
+        "after": "upstream_failed",
+        "down": "success",
+    }
+    assert ran == ["down"]
+    record = json.loads((tmp_path / "run-1/run.json").read_text())
+    assert record["status"] == "failed"
+    assert record["tasks"]["fail"]["error"] == "task fail failed: engine exited"
+    assert record["tasks"]["fail"]["duration_s"] >= 0
+
+
+def test_retries_then_success(workspace: Workspace, tmp_path: Path) -> None:
+    attempts: list[int] = []
+
+    def flaky(_: RunContext) -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+        return "third time"
+
+    task = Task("flaky", flaky, retries=2, retry_delay_s=0.01)
+    ctx = context(workspace, tmp_path)
+    run_graph(Graph([task]), ctx, selected={"flaky"})
+    assert ctx.record.tasks["flaky"].attempts == 1  # one RUNNING transition, three calls inside
+    assert len(attempts) == 3
+    assert ctx.record.tasks["flaky"].summary == "third time"
+
+
+def test_skip_task_and_unselected_tasks(workspace: Workspace, tmp_path: Path) -> None:
+    def skip(_: RunContext) -> str:
+        raise SkipTask("nothing to do")
+
+    a, b, c = Task("a", lambda _: "ok"), Task("b", skip), Task("c", lambda _: "ok")
+    a >> b >> c
+    ctx = context(workspace, tmp_path)
+    run_graph(Graph([a, b, c]), ctx, selected={"b", "c"})
+    assert states(ctx) == {"a": "skipped", "b": "skipped", "c": "success"}
+    assert ctx.record.tasks["b"].summary == "nothing to do"
+
+
+def test_interrupt_cancels_and_calls_cleanup(workspace: Workspace, tmp_path: Path) -> None:
+    cleaned: list[bool] = []
+
+    def interrupt(_: RunContext) -> str:
+        raise KeyboardInterrupt  # surfaces in the main thread's wait, as Ctrl+C would
+
+    first, after = Task("first", interrupt), Task("after", lambda _: "ok")
+    first >> after
+    ctx = context(workspace, tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_graph(
+            Graph([first, after]),
+            ctx,
+            selected={"first", "after"},
+            on_interrupt=lambda: cleaned.append(True),
+        )
+    assert cleaned == [True]
+    assert ctx.record.status == "interrupted"
+    assert states(ctx) == {"first": "cancelled", "after": "cancelled"}
+
+
+def test_graph_rejects_cycles_and_unknown_names() -> None:
+    a, b = Task("a", lambda _: None), Task("b", lambda _: None)
+    a >> b >> a
+    with pytest.raises(XpydError, match="cycle"):
+        Graph([a, b])
+    with pytest.raises(XpydError, match="no task named 'nope'"):
+        Graph([Task("x", lambda _: None)]).task("nope")
+
+
+def test_stack_graph_shape(workspace: Workspace, tmp_path: Path) -> None:
+    ctx = context(workspace, tmp_path)
+    graph = build_graph(ctx.plan)
+    levels = graph.levels()
+    assert levels[0] == ["render"]
+    assert {"build-base", "build-router"} <= set(
+        next(level for level in levels if "build-base" in level)
+    )
+    assert set(next(level for level in levels if "wait-prefill-0" in level)) == {
+        "wait-prefill-0",
+        "wait-decode-0",
+    }
+    assert [u.name for u in graph.task("start-router").upstream] == [
+        "wait-prefill-0",
+        "wait-decode-0",
+        "build-router",
+    ]
+    assert graph.order[-3:] == ["smoke", "bench", "down"]
+
+
+def test_selection_options_and_resume(workspace: Workspace, tmp_path: Path) -> None:
+    graph = build_graph(context(workspace, tmp_path).plan)
+    plain = default_selection(graph, context(workspace, tmp_path), None)
+    assert "bench" not in plain
+    assert "down" not in plain
+    full = default_selection(graph, context(workspace, tmp_path, bench=True, down=True), None)
+    assert {"bench", "down"} <= full
+    resumed = default_selection(graph, context(workspace, tmp_path), "smoke")
+    assert resumed == {"smoke"}
+    with pytest.raises(XpydError, match="no task named 'smok'"):
+        default_selection(graph, context(workspace, tmp_path), "smok")
+
+
+def test_latest_run_finds_the_newest_of_a_stack(tmp_path: Path) -> None:
+    for run_id, stack in (("r1", "a"), ("r2", "b"), ("r3", "a")):
+        record = RunRecord(run_id, stack, tmp_path / run_id, {}, {})
+        record.set_state("t", TaskState.SUCCESS)
+        record.finish("success")
+        time.sleep(0.01)
+    found = latest_run(tmp_path, "a")
+    assert found is not None
+    assert found["run_id"] == "r3"
+    assert latest_run(tmp_path, "zzz") is None
