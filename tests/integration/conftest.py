@@ -1,0 +1,71 @@
+"""Real-engine tests: a Docker engine, the images (built by `up` itself), real vLLM.
+
+Skipped with a reason where no engine answers; CI (XPYD_REQUIRE_ALL=1) turns that skip into
+a failure, so these always run there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from generator.docker import ComposeStack, ServiceState, docker_available
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if docker_available():
+        return
+    skip = pytest.mark.skip(reason="no Docker engine answers (.ci/setup starts one)")
+    for item in items:
+        if "integration" in str(item.fspath):
+            item.add_marker(skip)
+
+
+def cli(*args: str, root: Path = ROOT, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1", "CI": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "generator", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def project_states(root: Path, stack: str, project: str) -> list[ServiceState]:
+    compose_file = root / "compose" / stack / "compose.yaml"
+    if not compose_file.exists():
+        return []
+    return ComposeStack(compose_file, project).ps()
+
+
+def workspace_copy(destination: Path) -> Path:
+    """A checkout copy to render variants into (the wheelhouse hard-linked, not copied)."""
+    for name in ("stacks", "generator", "images/templates", "images/assets", "images/locks"):
+        shutil.copytree(
+            ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(ROOT / ".dockerignore", destination / ".dockerignore")
+    wheels = ROOT / "images/wheelhouse"
+    if wheels.is_dir():
+        shutil.copytree(wheels, destination / "images/wheelhouse", copy_function=os.link)
+    return destination
+
+
+@pytest.fixture(scope="session")
+def scratch_root() -> Iterator[Path]:
+    """Variants live under .cache/ (same filesystem as the wheelhouse, for hard links)."""
+    base = ROOT / ".cache" / "test-workspaces"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,205 @@
+"""The cpu-1p1d stack for real: up through the CLI (build, health, smoke verdict), status,
+logs, an idempotent second up, the benchmark task, failure behaviour, isolation between
+stacks, and the same rendered stack brought up through testcontainers.
+
+Order matters (one stack on two cores): tests run top to bottom and share the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from generator.paths import Workspace
+from generator.plan import make_plan
+from generator.probes import run_smoke
+from generator.spec import load_spec
+from tests.integration.conftest import ROOT, cli, project_states, workspace_copy
+
+pytestmark = pytest.mark.stack
+STACK, PROJECT = "cpu-1p1d", "xpyd-cpu-1p1d"
+RUN_ID = f"pytest-{int(time.time())}"
+# A second copy of the stack on other host ports, for the failure and isolation tests.
+SHIFTED = [
+    "router.port=31000",
+    "ports.router_metrics=39000",
+    "ports.prefill_http=17100",
+    "ports.decode_http=17200",
+    "ports.lmcache_http=18090",
+]
+
+
+def set_flags(assignments: list[str]) -> list[str]:
+    return [flag for assignment in assignments for flag in ("--set", assignment)]
+
+
+def test_port_taken_fails_before_anything_starts() -> None:
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("0.0.0.0", 30000))
+        holder.listen()
+        result = cli("up", STACK, "--run-id", f"{RUN_ID}-busy")
+    assert result.returncode == 1, result.stderr
+    assert "0.0.0.0:30000 (router: router port)" in result.stderr
+    assert "task preflight failed" in result.stderr
+    assert not [
+        s
+        for s in project_states(ROOT, STACK, PROJECT)
+        if s.service != "router" or s.status == "running"
+    ]
+
+
+@pytest.fixture(scope="module")
+def stack_up() -> Iterator[dict[str, Any]]:
+    started = time.monotonic()
+    result = cli("up", STACK, "--run-id", RUN_ID)
+    elapsed = time.monotonic() - started
+    print(f"up {STACK}: {elapsed:.0f} s (including image builds when cold)", file=sys.stderr)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    yield {
+        "result": result,
+        "record": json.loads((ROOT / "runs" / RUN_ID / "run.json").read_text()),
+    }
+    cli("down", STACK)
+
+
+def test_up_prints_and_records_a_passing_verdict(stack_up: dict[str, Any]) -> None:
+    result, record = stack_up["result"], stack_up["record"]
+    assert "smoke verdict" in result.stdout
+    assert "verdict: PASS" in result.stdout
+    assert record["status"] == "success"
+    assert {task["state"] for task in record["tasks"].values()} <= {"success", "skipped"}
+    rows = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
+    external = rows["prompt tokens from prefill (decode: external_kv_transfer)"]
+    assert int(external["observed"]) >= record["results"]["smoke"]["prompt_tokens"] > 256
+    assert rows["prompt tokens recomputed on decode (local_compute)"]["observed"] == "0"
+    assert rows["NIXL failed transfers"]["observed"] == "0"
+    assert int(rows["NIXL bytes transferred"]["observed"]) > 0
+    assert rows["router stamps prefill/decode pair"]["passed"] is True
+    assert rows["LMCache objects stored"]["passed"] is True
+    logs = ROOT / "runs" / RUN_ID / "logs"
+    assert {"prefill-0.log", "decode-0.log", "router.log", "build-engine-base.log"} <= {
+        p.name for p in logs.iterdir()
+    }
+
+
+def test_status_and_logs(stack_up: dict[str, Any]) -> None:
+    status = cli("status", STACK)
+    assert status.returncode == 0, status.stderr
+    for service in ("lmcache-prefill-0", "lmcache-decode-0", "prefill-0", "decode-0", "router"):
+        assert service in status.stdout
+    assert status.stdout.count("healthy") >= 5
+    assert f"last run {RUN_ID}: success" in status.stdout
+    logs = cli("logs", STACK, "decode-0", "--tail", "2000")
+    assert logs.returncode == 0
+    assert "KV Transfer metrics" in logs.stdout or "Num successful transfers" in logs.stdout
+
+
+def test_second_up_is_idempotent(stack_up: dict[str, Any]) -> None:
+    before = {s.service: s.container for s in project_states(ROOT, STACK, PROJECT)}
+    result = cli("up", STACK, "--run-id", f"{RUN_ID}-again")
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = {s.service: s.container for s in project_states(ROOT, STACK, PROJECT)}
+    assert after == before
+    assert "verdict: PASS" in result.stdout
+
+
+def test_bench_task_runs_vllms_serving_benchmark(stack_up: dict[str, Any]) -> None:
+    result = cli("up", STACK, "--from", "bench", "--bench", "--run-id", f"{RUN_ID}-bench")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((ROOT / "runs" / f"{RUN_ID}-bench" / "run.json").read_text())["results"][
+        "bench"
+    ]
+    assert summary["completed"] > 0
+    assert summary["request_throughput"] > 0
+    assert (ROOT / "runs" / f"{RUN_ID}-bench" / "bench" / "bench.json").is_file()
+
+
+def test_crashing_service_fails_fast_with_its_log(
+    stack_up: dict[str, Any], scratch_root: Path
+) -> None:
+    root = workspace_copy(scratch_root / "crash")
+    bad_model = 'decode.extra_args=["--model", "/opt/xpyd/models/missing"]'
+    started = time.monotonic()
+    result = cli(
+        "up",
+        STACK,
+        "--set",
+        "name=cpu-crash",
+        *set_flags(SHIFTED),
+        "--set",
+        bad_model,
+        root=root,
+    )
+    elapsed = time.monotonic() - started
+    try:
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert "decode-0 exited (code" in result.stderr
+        assert "/opt/xpyd/models/missing" in result.stderr  # the log tail names the cause
+        assert elapsed < 240, f"took {elapsed:.0f} s: the wait should end when the container exits"
+        # Isolation: the crash stack's containers are its own; the first stack is untouched.
+        crash = project_states(root, "cpu-crash", "xpyd-cpu-crash")
+        assert crash
+        assert all(state.container.startswith("xpyd-cpu-crash-") for state in crash)
+        assert all(s.status == "running" for s in project_states(ROOT, STACK, PROJECT))
+    finally:
+        assert cli("down", "cpu-crash", root=root).returncode == 0
+    assert project_states(root, "cpu-crash", "xpyd-cpu-crash") == []
+    healthy = [s.health for s in project_states(ROOT, STACK, PROJECT)]
+    assert healthy == ["healthy"] * 5
+
+
+def test_ctrl_c_during_up_leaves_no_containers(
+    stack_up: dict[str, Any], scratch_root: Path
+) -> None:
+    root = workspace_copy(scratch_root / "interrupt")
+    overrides = set_flags(["name=cpu-intr", *SHIFTED])
+    env = {**os.environ, "XPYD_ROOT": str(root), "CI": "1", "NO_COLOR": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "generator", "up", STACK, *overrides],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if "wait-prefill-0: started" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=180)
+    assert process.returncode == 130, "".join(seen) + rest
+    assert "removing the stack's containers" in rest
+    assert project_states(root, "cpu-intr", "xpyd-cpu-intr") == []
+
+
+def test_testcontainers_brings_up_the_rendered_stack(stack_up: dict[str, Any]) -> None:
+    """The committed compose file alone (no generator in the loop) is a working stack."""
+    from testcontainers.compose import DockerCompose
+
+    assert cli("down", STACK).returncode == 0
+    os.environ.setdefault(
+        "TESTCONTAINERS_RYUK_DISABLED", "true"
+    )  # Ryuk's image cannot be pulled here
+    compose = DockerCompose(
+        context=str(ROOT / "compose" / STACK), compose_file_name="compose.yaml", wait=True
+    )
+    with compose:
+        host, port = compose.get_service_host_and_port("router", 30000)
+        assert port == 30000
+        plan = make_plan(load_spec(Workspace(ROOT).stack_file(STACK)))
+        reachable = host if host and host != "0.0.0.0" else "127.0.0.1"
+        result = run_smoke(plan, nonce=f"{RUN_ID}-tc", host=reachable)
+        assert result.passed, [row for row in result.rows if row.passed is False]
+    assert [s for s in project_states(ROOT, STACK, PROJECT) if s.status == "running"] == []
