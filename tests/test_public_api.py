@@ -40,9 +40,17 @@ def test_public_names(module: str) -> None:
 
 
 def test_spec_plan_render_never_import_docker_or_workflow() -> None:
+    """Data flows one way: spec -> plan -> render never reach for Docker or the workflow.
+    Checked in a fresh interpreter (other tests import those modules)."""
+    import subprocess
     import sys
 
-    importlib.import_module("generator.render")
-    importlib.import_module("generator.plan")
-    assert "python_on_whales" not in sys.modules
-    assert not any(name.startswith("generator.workflow") for name in sys.modules)
+    probe = (
+        "import sys, generator.spec, generator.plan, generator.render, generator.render.writer; "
+        "print(sorted(m for m in sys.modules if m.startswith(('python_on_whales', "
+        "'generator.workflow', 'generator.docker', 'generator.console', 'httpx'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

@@ -17,8 +17,14 @@ if TYPE_CHECKING:
 __all__ = ["print_dag", "print_plan", "print_status", "print_verdict"]
 
 
-def print_plan(plan: Plan) -> None:
+def _console() -> Console:
+    """Rich's 80-column default wraps these tables badly in CI logs and pipes."""
     console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=140)
+
+
+def print_plan(plan: Plan) -> None:
+    console = _console()
     console.print(
         f"[bold]{plan.stack}[/bold]: {plan.topology.value}, {plan.profile.value} profile, "
         f"{len(plan.prefill)}P{len(plan.decode)}D, {plan.network} network, "
@@ -90,14 +96,14 @@ def print_verdict(plan: Plan, result: SmokeResult) -> None:
     colors = {"PASS": "green", "FAIL": "red", "n/a": "dim"}
     for row in result.rows:
         table.add_row(row.check, row.observed, row.expected, f"[{colors[row.mark]}]{row.mark}[/]")
-    console = Console(highlight=False)
+    console = _console()
     console.print(table)
     verdict = "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]"
     console.print(f"verdict: {verdict}  (completion: {result.completion_text[:60]!r})")
 
 
 def print_status(project: str, states: list[ServiceState], last_run: dict[str, Any] | None) -> None:
-    console = Console(highlight=False)
+    console = _console()
     table = Table(title=f"{project}", title_justify="left")
     for column in ("service", "state", "health", "ports"):
         table.add_column(column)
@@ -121,7 +127,7 @@ def print_status(project: str, states: list[ServiceState], last_run: dict[str, A
 
 
 def print_dag(graph: Graph) -> None:
-    console = Console(highlight=False)
+    console = _console()
     for depth, names in enumerate(graph.levels()):
         for name in names:
             task = graph.by_name[name]

@@ -69,12 +69,7 @@ def _nixl_mp_connector(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
     server = engine.lmcache_server
     assert server is not None, "nixl-mp engines always have an lmcache server"
     role = "kv_producer" if engine.role is Role.PREFILL else "kv_consumer"
-    # Fail loudly on a failed NIXL load instead of silently recomputing the prompt.
-    nixl: dict[str, Any] = {
-        "kv_connector": "NixlConnector",
-        "kv_role": role,
-        "kv_load_failure_policy": "fail",
-    }
+    nixl: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": role}
     if plan.profile is Profile.CPU:
         nixl["kv_buffer_device"] = "cpu"
     lmcache_host = "127.0.0.1" if plan.network == "host" else server.service
@@ -86,9 +81,12 @@ def _nixl_mp_connector(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
             "lmcache.mp.port": server.zmq_port,
         },
     }
+    # Fail loudly on a failed KV load instead of silently recomputing the prompt. vLLM reads
+    # this at the top level only (measured on 0.32: inside the NixlConnector entry it is ignored).
     return {
         "kv_connector": "MultiConnector",
         "kv_role": role,
+        "kv_load_failure_policy": "fail",
         "kv_connector_extra_config": {"connectors": [nixl, mp]},
     }
 

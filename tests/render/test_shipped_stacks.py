@@ -31,6 +31,24 @@ def compose(workspace: Workspace, stack: str, host: str | None = None) -> dict[s
     return document
 
 
+def running(document: dict[str, Any]) -> dict[str, Any]:
+    """Services that `up` starts (not the build-only base image or the one-off bench)."""
+    return {name: s for name, s in document["services"].items() if "profiles" not in s}
+
+
+def test_build_and_bench_services_never_start_with_up(workspace: Workspace) -> None:
+    services = compose(workspace, "cpu-1p1d")["services"]
+    assert services["engine-base"]["profiles"] == ["build"]
+    assert (
+        services["engine-base"]["build"]["dockerfile"] == "images/cpu-1p1d/engine-base.Dockerfile"
+    )
+    assert services["bench"]["profiles"] == ["bench"]
+    assert services["bench"]["image"] == services["decode-0"]["image"]
+    base_tag = services["engine-base"]["image"]
+    role = (workspace.root / "images/cpu-1p1d/prefill.Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE={base_tag}" in role
+
+
 def test_the_shipped_stacks_are_the_ones_under_stacks(workspace: Workspace) -> None:
     assert workspace.shipped_stacks() == SHIPPED
 
@@ -41,7 +59,7 @@ def test_committed_output_matches_a_fresh_render(workspace: Workspace, stack: st
 
 
 def test_xpyd_follows_seed_a_numbering(workspace: Workspace) -> None:
-    services = compose(workspace, "xpyd")["services"]
+    services = running(compose(workspace, "xpyd"))
     assert list(services) == ["prefill-0", "prefill-1", "decode-0", "decode-1", "router"]
     ports = [
         service["command"][service["command"].index("--port") + 1]
@@ -86,7 +104,7 @@ def kv_config(service: dict[str, Any]) -> dict[str, Any]:
 
 def test_xpyd_mp_follows_seed_b(workspace: Workspace) -> None:
     document = compose(workspace, "xpyd-mp")
-    services = document["services"]
+    services = running(document)
     assert list(services) == [
         "lmcache-prefill-0",
         "prefill-0",
@@ -96,12 +114,9 @@ def test_xpyd_mp_follows_seed_b(workspace: Workspace) -> None:
     ]
     prefill = kv_config(services["prefill-0"])
     assert prefill["kv_connector"] == "MultiConnector"
+    assert prefill["kv_load_failure_policy"] == "fail"
     nixl, mp = prefill["kv_connector_extra_config"]["connectors"]
-    assert (nixl["kv_connector"], nixl["kv_role"], nixl["kv_load_failure_policy"]) == (
-        "NixlConnector",
-        "kv_producer",
-        "fail",
-    )
+    assert nixl == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     assert mp["kv_connector_extra_config"] == {
         "lmcache.mp.host": "tcp://127.0.0.1",
         "lmcache.mp.port": 6555,
@@ -161,7 +176,7 @@ def test_multi_host_stacks_render_one_project_per_host(workspace: Workspace) -> 
         compose(workspace, "xpyd-mp-2host", "gpu-b"),
     )
     assert (a["name"], b["name"]) == ("xpyd-xpyd-mp-2host-gpu-a", "xpyd-xpyd-mp-2host-gpu-b")
-    assert set(a["services"]) == {
+    assert set(running(a)) == {
         "lmcache-prefill-0",
         "prefill-0",
         "lmcache-prefill-1",
