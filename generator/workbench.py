@@ -12,7 +12,14 @@ from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_rendered
 from generator.spec import load_spec
 
-__all__ = ["check_drift", "load_plan", "render_in_memory", "stack_names", "write_stack"]
+__all__ = [
+    "check_drift",
+    "load_plan",
+    "render_in_memory",
+    "rendered_projects",
+    "stack_names",
+    "write_stack",
+]
 
 
 def stack_names(stacks: Sequence[str] | None, all_stacks: bool) -> list[str]:
@@ -47,3 +54,20 @@ def write_stack(plan: Plan, out: Path | None = None) -> list[Path]:
 def check_drift(plan: Plan, out: Path | None = None) -> list[str]:
     workspace = find_workspace()
     return diff_rendered(render_stack(plan, workspace), out or workspace.root)
+
+
+def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[tuple[str, Path]]:
+    """(project name, compose file) of a rendered stack: what `down`, `status` and `logs`
+    act on, so they also work for stacks rendered with --set overrides."""
+    import yaml
+
+    workspace = workspace or find_workspace()
+    folder = workspace.compose_dir / stack
+    files = sorted(folder.glob("compose.yaml")) + sorted(folder.glob("*/compose.yaml"))
+    if not files:
+        rendered = sorted(p.name for p in workspace.compose_dir.iterdir() if p.is_dir())
+        raise XpydError(
+            f"no rendered stack named {stack} under {workspace.compose_dir}",
+            hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
+        )
+    return [(str(yaml.safe_load(path.read_text(encoding="utf-8"))["name"]), path) for path in files]

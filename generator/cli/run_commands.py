@@ -94,13 +94,12 @@ def down(
 ) -> None:
     """Remove a stack's containers and networks (volumes only with --volumes)."""
     from generator.console import success
-    from generator.docker import require_docker
-    from generator.paths import find_workspace
-    from generator.workbench import load_plan
-    from generator.workflow import down_stack
+    from generator.docker import ComposeStack, require_docker
+    from generator.workbench import rendered_projects
 
     require_docker()
-    for project in down_stack(load_plan(stack), find_workspace(), volumes=volumes):
+    for project, compose_file in rendered_projects(stack):
+        ComposeStack(compose_file, project).down(volumes=volumes)
         success(f"removed {project}")
 
 
@@ -109,16 +108,13 @@ def status(stack: StackArg) -> None:
     from generator.cli.tables import print_status
     from generator.docker import ComposeStack, require_docker
     from generator.paths import find_workspace
-    from generator.render import render_stack
-    from generator.workbench import load_plan
+    from generator.workbench import rendered_projects
     from generator.workflow.records import latest_run
 
     require_docker()
-    workspace = find_workspace()
-    plan = load_plan(stack)
-    for project in render_stack(plan, workspace).projects:
-        states = ComposeStack(workspace.root / project.compose_file, project.name).ps()
-        print_status(project.name, states, latest_run(workspace.runs_dir, plan.stack))
+    last_run = latest_run(find_workspace().runs_dir, stack)
+    for project, compose_file in rendered_projects(stack):
+        print_status(project, ComposeStack(compose_file, project).ps(), last_run)
 
 
 def logs(
@@ -133,14 +129,11 @@ def logs(
 ) -> None:
     """Print a stack's logs (one service, or all of them)."""
     from generator.docker import ComposeStack, require_docker
-    from generator.paths import find_workspace
-    from generator.render import render_stack
-    from generator.workbench import load_plan
+    from generator.workbench import rendered_projects
 
     require_docker()
-    workspace = find_workspace()
-    for project in render_stack(load_plan(stack), workspace).projects:
-        compose = ComposeStack(workspace.root / project.compose_file, project.name)
+    for project, compose_file in rendered_projects(stack):
+        compose = ComposeStack(compose_file, project)
         if follow:
             compose.follow_logs(service, typer.echo)
         else:

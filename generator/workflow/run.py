@@ -13,7 +13,7 @@ from generator.workflow.records import RunRecord, new_run_id
 from generator.workflow.runner import TaskFailure, run_graph
 from generator.workflow.stack import build_graph, default_selection
 
-__all__ = ["dag_of", "down_stack", "make_context", "up_stack"]
+__all__ = ["dag_of", "make_context", "up_stack"]
 
 _LOG_TAIL = 30
 
@@ -93,14 +93,3 @@ def _save_logs(context: RunContext) -> None:
     for state in states:
         text = context.stack.logs(state.service)
         (context.record.logs_dir / f"{state.service}.log").write_text(text, encoding="utf-8")
-
-
-def down_stack(plan: Plan, workspace: Workspace, *, volumes: bool) -> list[str]:
-    from generator.docker import ComposeStack
-
-    removed = []
-    for project in render_stack(plan, workspace).projects:
-        compose_file = workspace.root / project.compose_file
-        ComposeStack(compose_file, project.name).down(volumes=volumes)
-        removed.append(project.name)
-    return removed
