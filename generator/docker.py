@@ -3,7 +3,6 @@ project. Its exceptions are translated into ``DockerError`` here and nowhere els
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -169,5 +168,4 @@ class ComposeStack:
 
 
 def environment_for_docker() -> None:
-    """No buildx here: let the docker CLI fall back to the classic builder where it must."""
-    os.environ.setdefault("COMPOSE_BAKE", "false")
+    """Nothing to set today; the one place to put Docker CLI environment if ever needed."""

@@ -21,7 +21,7 @@ from generator.errors import StackError
 
 __all__ = ["Check", "NotReady", "wait_until_ready"]
 
-_BACKOFF_MAX_S = 5.0
+_BACKOFF_MAX_S = 2.0  # a /health poll is cheap; a late 'ready' costs every run
 _PROGRESS_EVERY_S = 15.0
 
 

@@ -25,6 +25,7 @@ from generator.spec import RouterKind, Topology
 __all__ = ["ComposeProject", "compose_projects", "dump_yaml", "project_name"]
 
 _MODEL_CACHE_VOLUME = "xpyd-model-cache"  # shared by every stack on a host: download once
+_VLLM_CACHE_VOLUME = "xpyd-vllm-cache"  # vLLM's own caches, kept across container restarts
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,10 @@ def _document(
     document: dict[str, Any] = {"name": project_name(plan, host), "services": services}
     uses_models = bool(plan.engines_on(host)) or plan.router.host == host  # engines, bench
     if uses_models:
-        document["volumes"] = {"model-cache": _model_volume(plan)}
+        document["volumes"] = {
+            "model-cache": _model_volume(plan),
+            "vllm-cache": {"name": _VLLM_CACHE_VOLUME},
+        }
     if configs:
         document["configs"] = configs
     secrets = _secrets(plan, root)

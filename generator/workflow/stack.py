@@ -11,11 +11,10 @@ import json
 import time
 from collections.abc import Callable
 
-import httpx
-
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
-from generator.probes import Check, run_smoke, wait_until_ready
+from generator.probes import run_smoke, wait_until_ready
+from generator.probes.readiness import engine_checks, lmcache_checks, routed_request, router_checks
 from generator.render.writer import write_rendered
 from generator.spec import Profile, Topology
 from generator.workflow.context import RunContext
@@ -192,10 +191,10 @@ def wait_lmcache_fn(context: RunContext) -> str:
     for engine in context.plan.engines:
         server = engine.lmcache_server
         assert server is not None
-        check = Check(f"http://127.0.0.1:{server.http_port}/healthcheck")
+        checks = lmcache_checks(server)
         seconds = wait_until_ready(
             server.service,
-            [check],
+            checks,
             deadline_s=_LMCACHE_DEADLINE_S * context.options.wait_scale,
             assert_alive=_alive(context, server.service),
             progress=context.progress,
@@ -210,24 +209,11 @@ def start_engines_fn(context: RunContext) -> str:
     return ", ".join(names)
 
 
-def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
-    def accept(response: httpx.Response) -> str | None:
-        served = [entry.get("id") for entry in response.json().get("data", [])]
-        return None if model in served else f"model {model!r} not listed yet ({served})"
-
-    return accept
-
-
 def wait_engine(context: RunContext, engine: EnginePlan) -> str:
-    plan = context.plan
-    model = plan.spec.model.served_name or plan.spec.model.id
-    base = f"http://127.0.0.1:{engine.http_port}"
-    checks = [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(model))]
-    deadline = _ENGINE_DEADLINE_S[plan.profile] * context.options.wait_scale
     seconds = wait_until_ready(
         engine.name,
-        checks,
-        deadline_s=deadline,
+        engine_checks(context.plan, engine),
+        deadline_s=_ENGINE_DEADLINE_S[context.plan.profile] * context.options.wait_scale,
         assert_alive=_alive(context, engine.name),
         progress=context.progress,
     )
@@ -240,25 +226,15 @@ def start_router_fn(context: RunContext) -> str:
 
 
 def wait_router_fn(context: RunContext) -> str:
-    plan = context.plan
-    service = plan.router.service
-    url = f"http://127.0.0.1:{plan.router.port}"
+    service = context.plan.router.service
     seconds = wait_until_ready(
         service,
-        [Check(f"{url}/health")],
+        router_checks(context.plan),
         deadline_s=_ROUTER_DEADLINE_S * context.options.wait_scale,
         assert_alive=_alive(context, service),
         progress=context.progress,
     )
-    model = plan.spec.model.served_name or plan.spec.model.id
-    body = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
-    response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-    if response.status_code != 200:
-        raise StackError(
-            f"router is healthy but a routed request got HTTP {response.status_code}: "
-            f"{response.text[:300]}",
-            hint="check the router and engine logs",
-        )
+    routed_request(context.plan)
     return f"healthy in {seconds:.0f} s, routed request OK"
 
 
