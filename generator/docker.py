@@ -4,6 +4,8 @@ project. Its exceptions are translated into ``DockerError`` here and nowhere els
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ __all__ = [
     "ServiceState",
     "docker_available",
     "ensure_image",
+    "image_exists",
     "require_docker",
 ]
 
@@ -77,6 +80,11 @@ def docker_available() -> bool:
     return True
 
 
+def image_exists(tag: str) -> bool:
+    with _translated(f"inspecting {tag}"):
+        return bool(DockerClient().image.exists(tag))
+
+
 def ensure_image(tag: str) -> str:
     """Present locally, or pulled now. Returns how it was found."""
     client = DockerClient()
@@ -97,6 +105,8 @@ class ComposeStack:
         self.compose_file = compose_file
         self.project = project
         self._client = DockerClient(compose_files=[compose_file], compose_project_name=project)
+        self._ps_lock = threading.Lock()
+        self._ps_cache: tuple[float, list[ServiceState]] | None = None
 
     def build(self, services: list[str], on_line: Callable[[str], None]) -> None:
         """Build the images of ``services`` (their ``build:`` sections), streaming the log."""
@@ -111,8 +121,21 @@ class ComposeStack:
             self._client.compose.up(
                 services, detach=True, no_build=True, dependencies=with_dependencies, quiet=True
             )
+        with self._ps_lock:
+            self._ps_cache = None  # what was listed before is out of date now
 
-    def ps(self) -> list[ServiceState]:
+    def ps(self, *, max_age_s: float = 0.0) -> list[ServiceState]:
+        """The stack's containers. ``max_age_s`` > 0 lets concurrent waiters share one
+        answer: each `docker compose ps` costs CPU that the engines starting up need."""
+        with self._ps_lock:
+            cached = self._ps_cache
+            if cached is not None and time.monotonic() - cached[0] <= max_age_s:
+                return cached[1]
+            states = self._ps()
+            self._ps_cache = (time.monotonic(), states)
+            return states
+
+    def _ps(self) -> list[ServiceState]:
         with _translated("listing the stack's containers"):
             containers = self._client.compose.ps(all=True)
         states = []

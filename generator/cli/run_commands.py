@@ -52,6 +52,12 @@ def up(
     run_id: Annotated[
         str | None, typer.Option("--run-id", help="Name of the run folder under runs/.")
     ] = None,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild", help="Build images even when their (content-addressed) tag exists."
+        ),
+    ] = False,
     wait_scale: Annotated[
         float,
         typer.Option(
@@ -79,7 +85,11 @@ def up(
     require_docker()
     plan = load_plan(stack, set_ or [])
     options = RunOptions(
-        bench=bench, down=down_after, teardown_on_failure=teardown_on_failure, wait_scale=wait_scale
+        rebuild=rebuild,
+        bench=bench,
+        down=down_after,
+        teardown_on_failure=teardown_on_failure,
+        wait_scale=wait_scale,
     )
     context = make_context(plan, find_workspace(), options, run_id)
     up_stack(context, start_from=start_from)

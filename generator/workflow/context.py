@@ -24,6 +24,7 @@ class RunOptions:
     down: bool = False  # remove the stack at the end, whatever happened
     teardown_on_failure: bool = False  # remove it when something failed (else kept to inspect)
     wait_scale: float = 1.0  # multiplies every health deadline (slow machines, big models)
+    rebuild: bool = False  # build images even when their content-addressed tag exists
 
 
 @dataclass

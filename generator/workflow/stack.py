@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 
+from generator.docker import ServiceState
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
 from generator.probes import run_smoke, wait_until_ready
@@ -28,6 +29,7 @@ _ENGINE_DEADLINE_S = {Profile.GPU: 1800.0, Profile.CPU: 300.0}
 _LMCACHE_DEADLINE_S = 120.0
 _ROUTER_DEADLINE_S = 120.0
 _LOG_TAIL = 40
+_ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
 
 
 def build_graph(plan: Plan) -> Graph:
@@ -141,7 +143,18 @@ def _build(context: RunContext, services: list[str], log_name: str) -> str:
     return f"{time.monotonic() - started:.0f} s, log {log_path.relative_to(context.run_dir)}"
 
 
+def _skip_if_present(context: RunContext, services: list[str]) -> None:
+    """Tags are content-addressed (a hash of the Dockerfile and what it copies): a tag that
+    exists is the image these inputs build, so there is nothing to do (--rebuild forces it)."""
+    from generator.docker import image_exists
+
+    tags = [context.project.document["services"][name]["image"] for name in services]
+    if not context.options.rebuild and all(image_exists(tag) for tag in tags):
+        raise SkipTask(f"present: {', '.join(tags)}")
+
+
 def build_base_image(context: RunContext) -> str:
+    _skip_if_present(context, ["engine-base"])
     return _build(context, ["engine-base"], "build-engine-base.log")
 
 
@@ -154,10 +167,12 @@ def build_role_images(context: RunContext) -> str:
         if role in wanted and service["image"] not in seen:
             services.append(name)
             seen.add(service["image"])
+    _skip_if_present(context, services)
     return _build(context, services, "build-roles.log")
 
 
 def build_router_image(context: RunContext) -> str:
+    _skip_if_present(context, [context.plan.router.service])
     return _build(context, [context.plan.router.service], "build-router.log")
 
 
@@ -171,9 +186,15 @@ def start_lmcache_fn(context: RunContext) -> str:
     return ", ".join(services)
 
 
+def _state_of(context: RunContext, service: str, *, max_age_s: float) -> ServiceState | None:
+    return next((s for s in context.stack.ps(max_age_s=max_age_s) if s.service == service), None)
+
+
 def _alive(context: RunContext, service: str) -> Callable[[], None]:
     def assert_alive() -> None:
-        state = next((s for s in context.stack.ps() if s.service == service), None)
+        state = _state_of(context, service, max_age_s=_ALIVE_EVERY_S)
+        if state is None or state.exited:
+            state = _state_of(context, service, max_age_s=0.0)  # bad news is confirmed fresh
         if state is None or state.exited:
             code = state.exit_code if state else None
             tail = context.stack.logs(service, tail=_LOG_TAIL)

@@ -88,7 +88,7 @@ def test_up_prints_and_records_a_passing_verdict(stack_up: dict[str, Any]) -> No
     assert rows["router stamps prefill/decode pair"]["passed"] is True
     assert rows["LMCache objects stored"]["passed"] is True
     logs = ROOT / "runs" / RUN_ID / "logs"
-    assert {"prefill-0.log", "decode-0.log", "router.log", "build-engine-base.log"} <= {
+    assert {"prefill-0.log", "decode-0.log", "router.log", "lmcache-prefill-0.log"} <= {
         p.name for p in logs.iterdir()
     }
 
