@@ -33,9 +33,9 @@ RUN_ID = f"pytest-{int(time.time())}"
 SHIFTED = [
     "router.port=31000",
     "ports.router_metrics=39000",
-    "ports.prefill_http=17100",
-    "ports.decode_http=17200",
-    "ports.lmcache_http=18090",
+    "ports.prefill_http=27100",
+    "ports.decode_http=27200",
+    "ports.lmcache_http=28090",
 ]
 
 
