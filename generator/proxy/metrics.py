@@ -1,0 +1,60 @@
+"""Prometheus metrics of the proxy (its own registry: nothing leaks in from libraries)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ProxyMetrics"]
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class ProxyMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "xpyd_proxy_requests", "Client requests", ["endpoint", "status"], registry=r
+        )
+        self.errors = Counter(
+            "xpyd_proxy_errors", "Failed requests by stage", ["stage", "backend"], registry=r
+        )
+        self.backend_requests = Counter(
+            "xpyd_proxy_backend_requests",
+            "Requests sent to a backend",
+            ["role", "backend"],
+            registry=r,
+        )
+        self.prefill_seconds = Histogram(
+            "xpyd_proxy_prefill_seconds",
+            "Prefill request time",
+            ["backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.kv_wait_seconds = Histogram(
+            "xpyd_proxy_kv_wait_seconds",
+            "Wait for LMCache KV-sent notices after the prefill answered",
+            ["backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decode_ttft_seconds = Histogram(
+            "xpyd_proxy_decode_ttft_seconds",
+            "Decode request to first byte",
+            ["backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.outstanding = Gauge(
+            "xpyd_proxy_outstanding",
+            "Requests in flight per backend",
+            ["role", "backend"],
+            registry=r,
+        )
+        self.healthy = Gauge(
+            "xpyd_proxy_backend_healthy",
+            "1 if the backend is in rotation",
+            ["role", "backend"],
+            registry=r,
+        )

@@ -1,0 +1,114 @@
+"""Choosing a prefiller and a decoder: pure state, no I/O (the app feeds it events).
+
+- Round robin, or least outstanding requests, independently for prefill and decode.
+- Session stickiness: the same session header value gets the same pair while both stay
+  healthy; sessions live in a bounded LRU (the seed's map grew forever).
+- Ejection: a backend that refuses connections or fails its health check sits out until a
+  health check passes again; a passive ejection also expires after ``eject_s``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from generator.proxy.config import BackendConfig, Policy
+
+__all__ = ["Backend", "NoBackend", "Pool", "SessionTable"]
+
+C = TypeVar("C", bound=BackendConfig)
+
+
+class NoBackend(Exception):
+    """No healthy backend of a kind is left."""
+
+
+@dataclass
+class Backend(Generic[C]):
+    config: C
+    outstanding: int = 0
+    healthy: bool = True
+    ejected_until: float = 0.0  # monotonic time; 0 = not ejected
+    failures: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def available(self, now: float) -> bool:
+        return self.healthy and now >= self.ejected_until
+
+
+@dataclass
+class Pool(Generic[C]):
+    """The backends of one kind (all prefillers, or all decoders) and their selection policy."""
+
+    backends: list[Backend[C]]
+    policy: Policy
+    eject_s: float
+    clock: Callable[[], float] = time.monotonic
+    _counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    @classmethod
+    def of(cls, configs: Iterable[C], policy: Policy, eject_s: float) -> Pool[C]:
+        return cls([Backend(config) for config in configs], policy, eject_s)
+
+    def by_name(self, name: str) -> Backend[C] | None:
+        return next((b for b in self.backends if b.name == name), None)
+
+    def available(self) -> list[Backend[C]]:
+        now = self.clock()
+        return [b for b in self.backends if b.available(now)]
+
+    def pick(
+        self, *, exclude: frozenset[str] = frozenset(), prefer: str | None = None
+    ) -> Backend[C]:
+        candidates = [b for b in self.available() if b.name not in exclude]
+        if not candidates:
+            raise NoBackend
+        if prefer is not None:
+            sticky = next((b for b in candidates if b.name == prefer), None)
+            if sticky is not None:
+                return sticky
+        if self.policy == "least_outstanding":
+            low = min(b.outstanding for b in candidates)
+            candidates = [b for b in candidates if b.outstanding == low]
+        return candidates[next(self._counter) % len(candidates)]
+
+    def eject(self, backend: Backend[C]) -> None:
+        """A failed connection: out of rotation for eject_s (or until a health check passes)."""
+        backend.failures += 1
+        backend.ejected_until = self.clock() + self.eject_s
+
+    def health(self, backend: Backend[C], ok: bool) -> None:
+        backend.healthy = ok
+        if ok:
+            backend.ejected_until = 0.0
+            backend.failures = 0
+
+
+@dataclass
+class SessionTable:
+    """session id -> (prefiller, decoder), least recently used evicted past ``capacity``."""
+
+    capacity: int
+    _pairs: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)
+
+    def get(self, session: str) -> tuple[str, str] | None:
+        pair = self._pairs.get(session)
+        if pair is not None:
+            self._pairs.move_to_end(session)
+        return pair
+
+    def put(self, session: str, pair: tuple[str, str]) -> None:
+        self._pairs[session] = pair
+        self._pairs.move_to_end(session)
+        while len(self._pairs) > self.capacity:
+            self._pairs.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._pairs)

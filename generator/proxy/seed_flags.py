@@ -1,0 +1,121 @@
+"""The seed proxy's flags (LMCache examples/disagg_prefill/xpyd/disagg_proxy_server.py),
+mapped to a ProxyConfig. Differences, on purpose:
+
+- ``--decoder-init-port``/``--decoder-alloc-port`` give decoder 0's per-TP-rank list; decoder i
+  gets the same list shifted by ``i * len(list)``, so blocks never overlap (the seed shifts by
+  ``i`` and overlaps as soon as TP > 1). ``;`` separates explicit per-decoder lists.
+- ``CLIENT_BOUND``/``CLIENT_BOUND_KEY`` turn on session stickiness as in the seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from generator.proxy.config import (
+    BackendConfig,
+    DecoderConfig,
+    ListenConfig,
+    NotifyConfig,
+    ProxyConfig,
+)
+
+__all__ = ["add_seed_flags", "config_from_seed_flags"]
+
+
+def add_seed_flags(parser: argparse.ArgumentParser) -> None:
+    seed = parser.add_argument_group("seed-compatible flags (instead of --config)")
+    seed.add_argument("--host", default="0.0.0.0", help="HTTP listen address")
+    seed.add_argument("--port", type=int, default=9100, help="HTTP listen port")
+    seed.add_argument("--prefiller-host", help="CSV of prefiller hosts (one, or one per prefiller)")
+    seed.add_argument("--prefiller-port", help="CSV of prefiller ports (one, or one per prefiller)")
+    seed.add_argument("--num-prefillers", type=int, help="prefiller count (default: longest CSV)")
+    seed.add_argument("--decoder-host", help="CSV of decoder hosts")
+    seed.add_argument("--decoder-port", help="CSV of decoder ports")
+    seed.add_argument("--num-decoders", type=int, help="decoder count (default: longest CSV)")
+    seed.add_argument("--decoder-init-port", help="per-TP-rank CSV; ';' between decoders")
+    seed.add_argument("--decoder-alloc-port", help="per-TP-rank CSV; ';' between decoders")
+    seed.add_argument(
+        "--proxy-host", default="0.0.0.0", help="ZMQ bind address for KV-sent notices"
+    )
+    seed.add_argument("--proxy-port", type=int, default=7500, help="ZMQ port for KV-sent notices")
+    seed.add_argument("--protocol", choices=["lmcache-pd", "nixl"], default="lmcache-pd")
+
+
+def _csv(text: str | None, what: str) -> list[str]:
+    values = [part.strip() for part in (text or "").split(",") if part.strip()]
+    if not values:
+        raise SystemExit(f"error: --{what} is required without --config")
+    return values
+
+
+def _expand(values: list[str], count: int, what: str) -> list[str]:
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        raise SystemExit(
+            f"error: --{what} has {len(values)} entries for {count} instances (give 1 or {count})"
+        )
+    return values
+
+
+def _rank_ports(text: str | None, count: int, what: str) -> list[list[int]]:
+    groups = [
+        [int(p) for p in _csv(group, what)] for group in (text or "").split(";") if group.strip()
+    ]
+    if not groups:
+        raise SystemExit(f"error: --{what} is required for lmcache-pd")
+    if len(groups) == 1:
+        base = groups[0]
+        return [[port + index * len(base) for port in base] for index in range(count)]
+    if len(groups) != count:
+        raise SystemExit(f"error: --{what} has {len(groups)} ';'-groups for {count} decoders")
+    return groups
+
+
+def config_from_seed_flags(args: argparse.Namespace) -> ProxyConfig:
+    p_hosts, p_ports = (
+        _csv(args.prefiller_host, "prefiller-host"),
+        _csv(args.prefiller_port, "prefiller-port"),
+    )
+    d_hosts, d_ports = (
+        _csv(args.decoder_host, "decoder-host"),
+        _csv(args.decoder_port, "decoder-port"),
+    )
+    n_p = args.num_prefillers or max(len(p_hosts), len(p_ports))
+    n_d = args.num_decoders or max(len(d_hosts), len(d_ports))
+    p_hosts, p_ports = (
+        _expand(p_hosts, n_p, "prefiller-host"),
+        _expand(p_ports, n_p, "prefiller-port"),
+    )
+    d_hosts, d_ports = _expand(d_hosts, n_d, "decoder-host"), _expand(d_ports, n_d, "decoder-port")
+    lmcache = args.protocol == "lmcache-pd"
+    init = _rank_ports(args.decoder_init_port, n_d, "decoder-init-port") if lmcache else [[]] * n_d
+    alloc = (
+        _rank_ports(args.decoder_alloc_port, n_d, "decoder-alloc-port") if lmcache else [[]] * n_d
+    )
+    tp = max(1, len(init[0]))  # lmcache-pd pairs prefill and decode ranks one to one
+    prefill = [
+        BackendConfig(name=f"prefill-{i}", url=f"http://{host}:{port}", tp=tp)
+        for i, (host, port) in enumerate(zip(p_hosts, p_ports, strict=True))
+    ]
+    decode = [
+        DecoderConfig(
+            name=f"decode-{i}",
+            url=f"http://{host}:{port}",
+            tp=max(1, len(init[i])),
+            kv_host=host if lmcache else None,
+            init_ports=init[i],
+            alloc_ports=alloc[i],
+        )
+        for i, (host, port) in enumerate(zip(d_hosts, d_ports, strict=True))
+    ]
+    bound = os.environ.get("CLIENT_BOUND", "").lower() in ("1", "true", "yes")
+    return ProxyConfig(
+        protocol=args.protocol,
+        listen=ListenConfig(host=args.host, port=args.port),
+        prefill=prefill,
+        decode=decode,
+        notify=NotifyConfig(bind_host=args.proxy_host, port=args.proxy_port) if lmcache else None,
+        session_header=os.environ.get("CLIENT_BOUND_KEY", "session-id") if bound else None,
+    )
