@@ -22,9 +22,6 @@ __all__ = ["proxy_config"]
 def proxy_config(plan: Plan) -> dict[str, Any]:
     router = plan.router
     lmcache_pd = plan.topology is Topology.LMCACHE_PD
-    policy = (
-        router.policy if router.policy in ("round_robin", "least_outstanding") else "round_robin"
-    )
     config = ProxyConfig(
         protocol="lmcache-pd" if lmcache_pd else "nixl",
         listen=ListenConfig(host="0.0.0.0", port=router.port),
