@@ -88,11 +88,7 @@ def run_smoke(
         *_kv_rows(plan, before, after),
         _stamp_row(plan, completion),
         _lmcache_row(plan, objects_before, objects_after),
-        VerdictRow("session stickiness", "1 prefill x 1 decode", "same pair per session", None)
-        if len(plan.prefill) * len(plan.decode) == 1
-        else VerdictRow(
-            "session stickiness", "not checked by this version", "same pair per session", None
-        ),
+        _stickiness_row(plan, router, model, headers),
     ]
     text = completion["choices"][0].get("text", "") if completion.get("choices") else ""
     return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))
@@ -150,6 +146,11 @@ def _complete(
     response = client.post(f"{router}/v1/completions", json=body, headers=headers)
     response.raise_for_status()
     result: dict[str, Any] = response.json()
+    # Our proxy names the pair it used in headers; vllm-router stamps the response id.
+    result["_pair"] = (
+        response.headers.get("X-Xpyd-Prefill"),
+        response.headers.get("X-Xpyd-Decode"),
+    )
     return result
 
 
@@ -219,8 +220,29 @@ def _stamp_row(plan: Plan, completion: dict[str, Any]) -> VerdictRow:
             "cmpl-___prefill_addr_..___decode_addr_..",
             stamped,
         )
+    prefill, decode = completion.get("_pair", (None, None))
+    observed = f"X-Xpyd-Prefill: {prefill}, X-Xpyd-Decode: {decode}"
+    names = {e.name for e in plan.prefill}, {e.name for e in plan.decode}
     return VerdictRow(
-        "router stamps prefill/decode pair", identifier[:80], "proxy headers (issue 4)", None
+        "router stamps prefill/decode pair",
+        observed,
+        "a planned pair",
+        prefill in names[0] and decode in names[1],
+    )
+
+
+def _stickiness_row(plan: Plan, router: str, model: str, headers: dict[str, str]) -> VerdictRow:
+    check, expected = "session stickiness", "same pair for one session"
+    if len(plan.prefill) * len(plan.decode) == 1:
+        return VerdictRow(check, "1 prefill x 1 decode: nothing to choose", expected, None)
+    if plan.router.kind is not RouterKind.PROXY or not plan.router.session_header:
+        return VerdictRow(check, "no session header configured", expected, None)
+    with httpx.Client(timeout=120) as client:
+        pairs = {
+            _complete(client, router, model, "stickiness probe", headers)["_pair"] for _ in range(4)
+        }
+    return VerdictRow(
+        check, f"{len(pairs)} distinct pair(s) over 4 requests", expected, len(pairs) == 1
     )
 
 

@@ -78,6 +78,7 @@ class Proxy:
         )
         self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
         self._client: aiohttp.ClientSession | None = None
+        self.health_known = asyncio.Event()  # set once every backend was checked once
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -327,26 +328,35 @@ class Proxy:
         out = web.StreamResponse(status=200, headers=exchange.headers | sse)
         await out.prepare(exchange.request)
         try:
+            await self._copy_stream(reply, out, decoder)
+            await out.write_eof()
+        except ConnectionResetError:
+            # The client went away (often right after [DONE]): stop; leaving the `async with`
+            # closes the decoder connection, which aborts its request if still running.
+            self.metrics.errors.labels("client_disconnect", decoder.name).inc()
+        return out
+
+    async def _copy_stream(
+        self,
+        reply: aiohttp.ClientResponse,
+        out: web.StreamResponse,
+        decoder: Backend[DecoderConfig],
+    ) -> None:
+        try:
             async for chunk in reply.content.iter_any():
                 await out.write(chunk)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
             self.metrics.errors.labels("decode_stream", decoder.name).inc()
-            error = {
-                "error": {
-                    "message": f"{decoder.name} failed mid-stream: {exc}",
-                    "type": "decode_failed",
-                    "code": 502,
-                }
-            }
+            message = f"{decoder.name} failed mid-stream: {type(exc).__name__}: {exc}"
+            error = {"error": {"message": message, "type": "decode_failed", "code": 502}}
             await out.write(f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode())
-        await out.write_eof()
-        return out
 
     # ---- health ----------------------------------------------------------------------------
 
     async def _check_health_forever(self) -> None:
         while True:
             await self.check_health()
+            self.health_known.set()
             await asyncio.sleep(self.config.timeouts.health_interval_s)
 
     async def check_health(self) -> None:

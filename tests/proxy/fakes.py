@@ -1,0 +1,92 @@
+"""In-process test doubles of vLLM backends for the proxy's unit tests. They answer like a
+vLLM OpenAI server closely enough to check what the proxy sends and relays; the proxy is
+also tested against real vLLM engines (tests/integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import zmq
+import zmq.asyncio
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+
+@dataclass
+class FakeBackend:
+    name: str
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)  # lower-cased names
+    break_stream_after: int | None = None  # chunks sent before the connection is cut
+    notify_to: str | None = None  # lmcache-pd prefiller: PUSH a ProxyNotif here per request
+    notify_ranks: int = 1
+    server: TestServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("")).rstrip("/")
+
+    async def start(self) -> FakeBackend:
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", self.generate)
+        app.router.add_post("/v1/chat/completions", self.generate)
+        self.server = TestServer(app)
+        await self.server.start_server()
+        return self
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m"}]})
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append(body)
+        self.headers.append({key.lower(): value for key, value in request.headers.items()})
+        params = body.get("kv_transfer_params") or {}
+        if self.notify_to and "disagg_spec" in params:
+            await self._notify(params["disagg_spec"]["req_id"])
+        if not body.get("stream"):
+            returned = (
+                {"remote_engine_id": self.name, "remote_block_ids": [1, 2]}
+                if params.get("do_remote_decode")
+                else None
+            )
+            return web.json_response(
+                {
+                    "id": f"cmpl-{self.name}",
+                    "choices": [{"text": self.name}],
+                    "kv_transfer_params": returned,
+                }
+            )
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for index in range(3):
+            if self.break_stream_after is not None and index == self.break_stream_after:
+                assert request.transport is not None
+                request.transport.close()  # a decoder dying mid-stream
+                return out
+            await out.write(f"data: {json.dumps({'choices': [{'text': str(index)}]})}\n\n".encode())
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+    async def _notify(self, request_id: str) -> None:
+        socket = zmq.asyncio.Context.instance().socket(zmq.PUSH)
+        socket.connect(self.notify_to or "")
+        for _ in range(self.notify_ranks):
+            await socket.send(msgpack.packb({"type": "ProxyNotif", "req_id": request_id}))
+        await asyncio.sleep(0.05)
+        socket.close(linger=1000)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.close()
