@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     config = load_config(args.config) if args.config else config_from_seed_flags(args)
     proxy = Proxy(config)
+    _fast_event_loop()
     web.run_app(
         proxy.app(),
         host=config.listen.host,
@@ -36,6 +37,15 @@ def main(argv: list[str] | None = None) -> None:
         access_log=None,
         print=lambda _: None,
     )
+
+
+def _fast_event_loop() -> None:
+    """uvloop when installed (the router image has it): measured faster for this proxy."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    uvloop.install()
 
 
 if __name__ == "__main__":

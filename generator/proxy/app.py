@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from generator.proxy import fastjson
 from generator.proxy.config import DecoderConfig, ProxyConfig
 from generator.proxy.metrics import ProxyMetrics
 from generator.proxy.notices import NoticeBoard, NoticeTimeout
@@ -78,6 +79,13 @@ class Proxy:
         )
         self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
         self._client: aiohttp.ClientSession | None = None
+        # Built once: per-request ClientTimeout objects and metric label lookups add up.
+        self._prefill_timeout = aiohttp.ClientTimeout(
+            total=timeouts.prefill_s, sock_connect=timeouts.connect_s
+        )
+        self._decode_timeout = aiohttp.ClientTimeout(
+            total=timeouts.decode_s, sock_connect=timeouts.connect_s
+        )
         self.health_known = asyncio.Event()  # set once every backend was checked once
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -184,8 +192,8 @@ class Proxy:
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         try:
-            body = json.loads(await request.read())
-        except ValueError as exc:
+            body = fastjson.loads(await request.read())
+        except ValueError as exc:  # orjson's JSONDecodeError is a ValueError too
             raise ProxyError(400, "invalid_request_error", f"body is not JSON: {exc}") from exc
         if not isinstance(body, dict):
             raise ProxyError(400, "invalid_request_error", "body must be a JSON object")
@@ -248,9 +256,9 @@ class Proxy:
         try:
             async with self.client.post(
                 prefiller.config.url + exchange.endpoint,
-                data=json.dumps(payload),
+                data=fastjson.dumps(payload),
                 headers=exchange.forward,
-                timeout=aiohttp.ClientTimeout(total=timeouts.prefill_s),
+                timeout=self._prefill_timeout,
             ) as reply:
                 raw = await reply.read()
                 if reply.status != 200:
@@ -265,7 +273,8 @@ class Proxy:
             )
             if self.notices is not None:
                 await self._await_kv(request_id, prefiller)
-            result: dict[str, Any] = json.loads(raw)
+            # lmcache-pd needs nothing from the prefill answer; nixl needs its kv_transfer_params.
+            result: dict[str, Any] = fastjson.loads(raw) if self.config.protocol == "nixl" else {}
             return result
         except TimeoutError as exc:
             self.metrics.errors.labels("prefill_timeout", prefiller.name).inc()
@@ -297,9 +306,9 @@ class Proxy:
         try:
             async with self.client.post(
                 decoder.config.url + exchange.endpoint,
-                data=json.dumps(payload),
+                data=fastjson.dumps(payload),
                 headers=exchange.forward,
-                timeout=aiohttp.ClientTimeout(total=self.config.timeouts.decode_s),
+                timeout=self._decode_timeout,
             ) as reply:
                 self.metrics.decode_ttft_seconds.labels(decoder.name).observe(
                     time.perf_counter() - started

@@ -1,0 +1,122 @@
+"""STAND-IN vLLM backend, for measuring router overhead only (tests/benchmarks/bench_proxy.py).
+
+It answers instantly, like a prefiller or decoder that needs no time, so that what the
+benchmark measures is the router. It is not vLLM and proves nothing about P/D; the proxy's
+real tests run against real vLLM engines. Minimal HTTP/1.1 keep-alive over asyncio.
+
+    python standin_backend.py PORT [PORT ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+_TOKENS = 16
+_COMPLETION = json.dumps(
+    {
+        "id": "cmpl-standin",
+        "object": "text_completion",
+        "model": "m",
+        "choices": [{"index": 0, "text": " tok" * _TOKENS, "finish_reason": "length"}],
+        "usage": {
+            "prompt_tokens": 200,
+            "completion_tokens": _TOKENS,
+            "total_tokens": 200 + _TOKENS,
+        },
+    }
+).encode()
+_PREFILL = json.dumps(
+    {
+        "id": "cmpl-standin-prefill",
+        "choices": [{"index": 0, "text": " tok", "finish_reason": "length"}],
+        "kv_transfer_params": {
+            "do_remote_prefill": True,
+            "remote_engine_id": "standin",
+            "remote_block_ids": [1, 2, 3],
+            "remote_host": "127.0.0.1",
+            "remote_port": 5600,
+        },
+    }
+).encode()
+_CHUNK = b'data: {"id":"cmpl-standin","choices":[{"index":0,"text":" tok"}]}\n\n'
+_SSE = (
+    b"".join(b"%x\r\n%s\r\n" % (len(_CHUNK), _CHUNK) for _ in range(_TOKENS))
+    + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+)
+
+
+def _response(status: bytes, body: bytes, content_type: bytes = b"application/json") -> bytes:
+    return b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+        status,
+        content_type,
+        len(body),
+        body,
+    )
+
+
+_HEALTH = _response(b"200 OK", b"{}")
+_MODELS = _response(b"200 OK", b'{"object":"list","data":[{"id":"m","object":"model"}]}')
+_METRICS = _response(b"200 OK", b"# stand-in\n", b"text/plain")
+_SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+class StandIn(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end]
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            self.transport.write(self._answer(head.split(b" ", 2)[1], body))
+
+    @staticmethod
+    def _answer(path: bytes, body: bytes) -> bytes:
+        if path == b"/health":
+            return _HEALTH
+        if path == b"/v1/models":
+            return _MODELS
+        if path == b"/metrics":
+            return _METRICS
+        if (
+            b'"do_remote_decode"' in body
+            or b'"max_tokens": 1,' in body
+            or b'"max_tokens":1,' in body
+        ):
+            return _response(b"200 OK", _PREFILL)
+        if b'"stream": true' in body or b'"stream":true' in body:
+            return _SSE_HEAD + _SSE
+        return _response(b"200 OK", _COMPLETION)
+
+
+async def main(ports: list[int]) -> None:
+    loop = asyncio.get_running_loop()
+    servers = [await loop.create_server(StandIn, "127.0.0.1", port, backlog=1024) for port in ports]
+    print("stand-in backends on", ports, flush=True)
+    await asyncio.gather(*(server.serve_forever() for server in servers))
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(main([int(port) for port in sys.argv[1:]]))
