@@ -108,7 +108,9 @@ def test_status_and_logs(stack_up: dict[str, Any]) -> None:
     assert f"last run {RUN_ID}: success" in status.stdout
     logs = cli("logs", STACK, "decode-0", "--tail", "2000")
     assert logs.returncode == 0
-    assert "KV Transfer metrics" in logs.stdout or "Num successful transfers" in logs.stdout
+    # Logged when the decoder first handshakes with the prefiller over NIXL (the periodic
+    # "KV Transfer metrics" line depends on timing, this one does not).
+    assert "Transfer plan: TransferTopology" in logs.stdout
 
 
 def test_second_up_is_idempotent(stack_up: dict[str, Any]) -> None:
