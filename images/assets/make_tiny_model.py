@@ -29,9 +29,12 @@ SPECIAL_TOKENS = [BOS, EOS, EOT, START_HEADER, END_HEADER]
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% for message in messages %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    " + message['content'] | trim + '<|eot_id|>' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+    "{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}"
 )
 
 WORDS = (
@@ -123,9 +126,19 @@ def main() -> None:
     if len(tok) != VOCAB_SIZE:
         sys.exit(f"tokenizer has {len(tok)} tokens, expected {VOCAB_SIZE}")
     make_model(outdir, tok)
-    for path in outdir.iterdir():  # safetensors writes its file 0600 (temp file + rename): make it world-readable
+    for path in (
+        outdir.iterdir()
+    ):  # safetensors writes its file 0600 (temp file + rename): make it world-readable
         path.chmod(0o644)
-    print(json.dumps({"outdir": str(outdir), "vocab": len(tok), "files": sorted(p.name for p in outdir.iterdir())}))
+    print(
+        json.dumps(
+            {
+                "outdir": str(outdir),
+                "vocab": len(tok),
+                "files": sorted(p.name for p in outdir.iterdir()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
