@@ -29,6 +29,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from generator.proxy import fastjson
 from generator.proxy.config import DecoderConfig, ProxyConfig
+from generator.proxy.lmcache_pd import (
+    StreamConverter,
+    decoder_request,
+    first_token,
+    merge_json,
+    prefill_only,
+)
 from generator.proxy.metrics import ProxyMetrics
 from generator.proxy.notices import NoticeBoard, NoticeTimeout
 from generator.proxy.protocols import decode_body, prefill_body
@@ -183,7 +190,11 @@ class Proxy:
             }
             prefilled, prefiller = await self._prefill(exchange, prefiller, decoder)
             exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
-            response = await self._decode(exchange, prefilled, decoder)
+            if self.config.protocol == "nixl":
+                payload = decode_body(exchange.body, prefilled)
+                response = await self._decode(exchange, exchange.endpoint, payload, decoder, None)
+            else:
+                response = await self._decode_after_first_token(exchange, prefilled, decoder)
         except ProxyError as error:
             self.metrics.requests.labels(kind, str(error.status)).inc()
             return error.response(exchange.headers)
@@ -273,8 +284,7 @@ class Proxy:
             )
             if self.notices is not None:
                 await self._await_kv(request_id, prefiller)
-            # lmcache-pd needs nothing from the prefill answer; nixl needs its kv_transfer_params.
-            result: dict[str, Any] = fastjson.loads(raw) if self.config.protocol == "nixl" else {}
+            result: dict[str, Any] = fastjson.loads(raw)
             return result
         except TimeoutError as exc:
             self.metrics.errors.labels("prefill_timeout", prefiller.name).inc()
@@ -296,16 +306,45 @@ class Proxy:
             raise ProxyError(504, "kv_transfer_timeout", f"{prefiller.name}: {exc}") from exc
         self.metrics.kv_wait_seconds.labels(prefiller.name).observe(time.perf_counter() - started)
 
-    async def _decode(
+    async def _decode_after_first_token(
         self, exchange: Exchange, prefilled: dict[str, Any], decoder: Backend[DecoderConfig]
     ) -> web.StreamResponse:
-        payload = decode_body(self.config.protocol, exchange.body, prefilled)
+        """lmcache-pd: the prefiller made the first token; the decoder continues from it."""
+        try:
+            first = first_token(prefilled, chat=exchange.chat)
+        except ValueError as exc:
+            raise ProxyError(502, "prefill_failed", str(exc)) from exc
+        converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
+        if prefill_only(first, exchange.body, chat=exchange.chat):
+            if exchange.body.get("stream"):
+                return await self._send_events(exchange, converter.opening() + converter.closing())
+            answer = merge_json(first, None, chat=exchange.chat, request_id=exchange.request_id)
+            return web.json_response(answer, headers=exchange.headers)
+        payload = decoder_request(exchange.body, first, chat=exchange.chat)
+        return await self._decode(exchange, "/v1/completions", payload, decoder, converter)
+
+    async def _send_events(self, exchange: Exchange, events: bytes) -> web.StreamResponse:
+        sse = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        out = web.StreamResponse(status=200, headers=exchange.headers | sse)
+        await out.prepare(exchange.request)
+        await out.write(events)
+        await out.write_eof()
+        return out
+
+    async def _decode(
+        self,
+        exchange: Exchange,
+        endpoint: str,
+        payload: dict[str, Any],
+        decoder: Backend[DecoderConfig],
+        converter: StreamConverter | None,
+    ) -> web.StreamResponse:
         decoder.outstanding += 1
         self.metrics.backend_requests.labels("decode", decoder.name).inc()
         started = time.perf_counter()
         try:
             async with self.client.post(
-                decoder.config.url + exchange.endpoint,
+                decoder.config.url + endpoint,
                 data=fastjson.dumps(payload),
                 headers=exchange.forward,
                 timeout=self._decode_timeout,
@@ -315,10 +354,18 @@ class Proxy:
                 )
                 if reply.status != 200 or not exchange.body.get("stream"):
                     raw = await reply.read()
+                    if converter is not None and reply.status == 200:
+                        answer = merge_json(
+                            converter.first,
+                            fastjson.loads(raw),
+                            chat=exchange.chat,
+                            request_id=exchange.request_id,
+                        )
+                        return web.json_response(answer, headers=exchange.headers)
                     return web.Response(
                         body=raw, status=reply.status, content_type=_JSON, headers=exchange.headers
                     )
-                return await self._relay_stream(exchange, reply, decoder)
+                return await self._relay_stream(exchange, reply, decoder, converter)
         except _CONNECT_ERRORS as exc:
             self.decode.eject(decoder)
             self.metrics.errors.labels("decode_connect", decoder.name).inc()
@@ -331,13 +378,21 @@ class Proxy:
             decoder.outstanding -= 1
 
     async def _relay_stream(
-        self, exchange: Exchange, reply: aiohttp.ClientResponse, decoder: Backend[DecoderConfig]
+        self,
+        exchange: Exchange,
+        reply: aiohttp.ClientResponse,
+        decoder: Backend[DecoderConfig],
+        converter: StreamConverter | None,
     ) -> web.StreamResponse:
         sse = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         out = web.StreamResponse(status=200, headers=exchange.headers | sse)
         await out.prepare(exchange.request)
         try:
-            await self._copy_stream(reply, out, decoder)
+            if converter is not None:
+                await out.write(converter.opening())
+            await self._copy_stream(reply, out, decoder, converter)
+            if converter is not None:
+                await out.write(converter.closing())
             await out.write_eof()
         except ConnectionResetError:
             # The client went away (often right after [DONE]): stop; leaving the `async with`
@@ -350,15 +405,18 @@ class Proxy:
         reply: aiohttp.ClientResponse,
         out: web.StreamResponse,
         decoder: Backend[DecoderConfig],
+        converter: StreamConverter | None,
     ) -> None:
         try:
             async for chunk in reply.content.iter_any():
-                await out.write(chunk)
+                await out.write(converter.feed(chunk) if converter is not None else chunk)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
             self.metrics.errors.labels("decode_stream", decoder.name).inc()
             message = f"{decoder.name} failed mid-stream: {type(exc).__name__}: {exc}"
             error = {"error": {"message": message, "type": "decode_failed", "code": 502}}
-            await out.write(f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode())
+            await out.write(f"data: {json.dumps(error)}\n\n".encode())
+            if converter is None:
+                await out.write(b"data: [DONE]\n\n")
 
     # ---- health ----------------------------------------------------------------------------
 

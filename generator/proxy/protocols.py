@@ -6,11 +6,8 @@ vllm_v1_adapter.py and pd_backend_async.py):
                no stream_options, and kv_transfer_params {"ret_first_tok": true, "disagg_spec":
                {req_id, receiver_host, receiver_init_port[rank], receiver_alloc_port[rank]}}.
                Its LMCache pushes a msgpack ProxyNotif{req_id} per TP rank once the KV is sent.
-  decoder   <- the original request, unchanged. The seed appends the prefiller's first token
-               to the prompt and streams the rest; instead the decoder (skip_last_n_tokens=1)
-               loads the KV of all prompt tokens but the last, computes that one and samples
-               the first token itself: the same one token of compute, no tokenizer in the proxy,
-               chat stays chat, and max_tokens/sampling apply exactly as the client asked.
+  decoder   <- the prompt's token ids plus the prefiller's first token (see lmcache_pd.py:
+               LMCache keys KV by token prefix, so anything else recomputes the prompt).
 nixl (vLLM NixlConnector):
   prefiller <- max_tokens=1, stream=false, no stream_options, no min_tokens, kv_transfer_params
                {"do_remote_decode": true, "do_remote_prefill": false, remote_* null}
@@ -46,6 +43,7 @@ def prefill_body(
     if protocol == "nixl":
         prefill["kv_transfer_params"] = dict(_NIXL_PREFILL_PARAMS)
     else:
+        prefill["return_token_ids"] = True  # the decoder gets prompt ids + the first token
         prefill["kv_transfer_params"] = {
             "ret_first_tok": True,
             "disagg_spec": {
@@ -58,10 +56,7 @@ def prefill_body(
     return prefill
 
 
-def decode_body(
-    protocol: str, body: dict[str, Any], prefill_response: dict[str, Any]
-) -> dict[str, Any]:
-    if protocol != "nixl":
-        return body
+def decode_body(body: dict[str, Any], prefill_response: dict[str, Any]) -> dict[str, Any]:
+    """nixl: the client's request plus the prefiller's kv_transfer_params, unchanged."""
     params = prefill_response.get("kv_transfer_params")
     return {**body, "kv_transfer_params": params} if params is not None else body

@@ -54,19 +54,16 @@ class FakeBackend:
         params = body.get("kv_transfer_params") or {}
         if self.notify_to and "disagg_spec" in params:
             await self._notify(params["disagg_spec"]["req_id"])
+        if params.get("ret_first_tok"):  # an LMCache P/D prefiller: the first token and ids
+            return web.json_response(self._first_token())
         if not body.get("stream"):
-            returned = (
-                {"remote_engine_id": self.name, "remote_block_ids": [1, 2]}
-                if params.get("do_remote_decode")
-                else None
-            )
-            return web.json_response(
-                {
-                    "id": f"cmpl-{self.name}",
-                    "choices": [{"text": self.name}],
-                    "kv_transfer_params": returned,
-                }
-            )
+            returned = None
+            if params.get("do_remote_decode"):
+                returned = {"remote_engine_id": self.name, "remote_block_ids": [1, 2]}
+            choices = [{"text": self.name, "finish_reason": "length"}]
+            usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+            answer = {"id": f"cmpl-{self.name}", "choices": choices, "usage": usage}
+            return web.json_response(answer | {"kv_transfer_params": returned})
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
         for index in range(3):
@@ -78,6 +75,21 @@ class FakeBackend:
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
+
+    @staticmethod
+    def _first_token() -> dict[str, Any]:
+        choice = {
+            "text": "F",
+            "message": {"role": "assistant", "content": "F"},
+            "finish_reason": "length",
+            "prompt_token_ids": [1, 2, 3],
+        }
+        return {
+            "id": "p",
+            "model": "m",
+            "choices": [choice],
+            "kv_transfer_params": {"first_tok": 7},
+        }
 
     async def _notify(self, request_id: str) -> None:
         socket = zmq.asyncio.Context.instance().socket(zmq.PUSH)

@@ -265,7 +265,8 @@ async def test_lmcache_pd_waits_for_every_rank_notice(backends: list[FakeBackend
             "receiver_alloc_port": [7400, 7401],
         },
     }
-    assert d0.seen[0] == {"model": "m", "prompt": "x", "max_tokens": 5}
+    # The decoder continues from the prefiller's first token (tokens in: prompt ids + first).
+    assert d0.seen[0] == {"model": "m", "prompt": [1, 2, 3, 7], "max_tokens": 4}
     assert proxy.notices is not None
     assert proxy.notices.received == 2
     assert proxy.notices.in_flight == 0
@@ -286,4 +287,56 @@ async def test_lost_notice_fails_with_504_within_the_deadline(backends: list[Fak
     assert d0.seen == []  # never decoded without the KV
     assert proxy.notices is not None
     assert proxy.notices.in_flight == 0  # no leak
+    await server.close()
+
+
+async def test_lmcache_pd_answers_carry_the_first_token_and_full_usage(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, _ = backends
+    port = free_port()
+    p0.notify_to, p0.notify_ranks = f"tcp://127.0.0.1:{port}", 2
+    _, server = await serve(lmcache_config(p0, d0, port))
+    status, _, raw = await post(
+        server, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 4}
+    )
+    answer = json.loads(raw)
+    assert status == 200
+    assert (
+        answer["choices"][0]["text"] == "Fd0"
+    )  # first token from the prefiller, then the decoder's
+    assert answer["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "max_completion_tokens": 4,
+        "stream": True,
+    }
+    status, headers, raw = await post(server, "/v1/chat/completions", chat)
+    assert status == 200
+    assert headers["Content-Type"] == "text/event-stream"
+    events = [json.loads(e[6:]) for e in raw.decode().split("\n\n") if e.startswith("data: {")]
+    assert raw.decode().endswith("data: [DONE]\n\n")
+    assert {e["object"] for e in events} == {"chat.completion.chunk"}
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": "F"}
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "F012"
+    assert "messages" not in d0.seen[-1]
+    assert d0.seen[-1]["prompt"] == [1, 2, 3, 7]
+    assert d0.seen[-1]["max_tokens"] == 3
+    await server.close()
+
+
+async def test_lmcache_pd_one_token_is_answered_by_the_prefill_alone(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, _ = backends
+    port = free_port()
+    p0.notify_to, p0.notify_ranks = f"tcp://127.0.0.1:{port}", 2
+    _, server = await serve(lmcache_config(p0, d0, port))
+    status, _, raw = await post(
+        server, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 1}
+    )
+    assert status == 200
+    assert json.loads(raw)["choices"][0]["text"] == "F"
+    assert d0.seen == []  # the seed sent max_tokens=0 to the decoder here
     await server.close()
