@@ -315,13 +315,30 @@ class Proxy:
         except ValueError as exc:
             raise ProxyError(502, "prefill_failed", str(exc)) from exc
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
+        payload = decoder_request(exchange.body, first, chat=exchange.chat)
         if prefill_only(first, exchange.body, chat=exchange.chat):
+            # The answer is complete, but the decoder must still read the KV it was sent: chunks
+            # never read stay in its receive buffer, and once that is full no notice comes again.
+            await self._drain(payload | {"max_tokens": 1, "stream": False}, decoder, exchange)
             if exchange.body.get("stream"):
                 return await self._send_events(exchange, converter.opening() + converter.closing())
             answer = merge_json(first, None, chat=exchange.chat, request_id=exchange.request_id)
             return web.json_response(answer, headers=exchange.headers)
-        payload = decoder_request(exchange.body, first, chat=exchange.chat)
         return await self._decode(exchange, "/v1/completions", payload, decoder, converter)
+
+    async def _drain(
+        self, payload: dict[str, Any], decoder: Backend[DecoderConfig], exchange: Exchange
+    ) -> None:
+        try:
+            async with self.client.post(
+                decoder.config.url + "/v1/completions",
+                data=fastjson.dumps(payload),
+                headers=exchange.forward,
+                timeout=self._decode_timeout,
+            ) as reply:
+                await reply.read()
+        except (aiohttp.ClientError, TimeoutError):
+            self.metrics.errors.labels("decode_drain", decoder.name).inc()
 
     async def _send_events(self, exchange: Exchange, events: bytes) -> web.StreamResponse:
         sse = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -57,7 +57,9 @@ class PolicyConfig(_Strict):
 
 class TimeoutsConfig(_Strict):
     connect_s: float = 5.0
-    prefill_s: float = 600.0  # a long prompt on a busy prefiller takes a while
+    # Long enough for a long prompt on a busy prefiller; short because an LMCache P/D sender that
+    # cannot reach its decoder hangs 300 s (still answering /health) before its engine dies.
+    prefill_s: float = 120.0
     kv_notice_s: float = 30.0  # LMCache's "KV sent" notices, after the prefill answered
     decode_s: float = 3600.0  # the whole decode stream
     health_interval_s: float = 5.0

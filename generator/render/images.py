@@ -16,11 +16,12 @@ from generator.render.jinja import render_template
 from generator.spec import Profile, RouterKind, Topology
 from generator.versions import PackagePins, load_versions
 
-__all__ = ["ENGINE_LOCK", "ROUTER_LOCK", "ImageBuild", "plan_images"]
+__all__ = ["CPU_CONNECTOR", "ENGINE_LOCK", "ROUTER_LOCK", "ImageBuild", "plan_images"]
 
 ENGINE_LOCK = "images/locks/engine-cpu.txt"
 ROUTER_LOCK = "images/locks/router.txt"
 _TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
+CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 
 
@@ -58,6 +59,15 @@ def _tag(plan: Plan, workspace: Workspace, role: str, text: str, inputs: list[st
     return f"{plan.spec.images.registry}/{role}:{digest.hexdigest()[:12]}"
 
 
+def _files_under(workspace: Workspace, folder: str) -> list[str]:
+    root = workspace.root / folder
+    return sorted(
+        str(path.relative_to(workspace.root))
+        for path in root.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    )
+
+
 def _engine_base(plan: Plan, workspace: Workspace) -> ImageBuild:
     spec = plan.spec
     cpu = plan.profile is Profile.CPU
@@ -84,14 +94,20 @@ def _engine_base(plan: Plan, workspace: Workspace) -> ImageBuild:
 
 def _engine_role(plan: Plan, workspace: Workspace, role: str, base: ImageBuild) -> ImageBuild:
     command = ["lmcache", "server", "--help"] if role == "lmcache" else _VLLM_HELP
+    # vLLM's CPU build needs our KV connector for LMCache's in-process P/D (lmcache-pd).
+    cpu_connector = (
+        plan.profile is Profile.CPU and plan.topology is Topology.LMCACHE_PD and role != "lmcache"
+    )
     text = render_template(
         workspace.templates_dir,
         "engine-role.Dockerfile.j2",
         role=role,
         base_image=base.tag,
         default_command=command,
+        cpu_connector=cpu_connector,
     )
-    tag = _tag(plan, workspace, role, text, [])
+    inputs = _files_under(workspace, CPU_CONNECTOR) if cpu_connector else []
+    tag = _tag(plan, workspace, role, text, inputs)
     return ImageBuild(role, tag, _dockerfile(plan, role), text, "engine-base")
 
 

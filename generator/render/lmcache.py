@@ -18,6 +18,9 @@ def lmcache_pd_config(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
     assert settings is not None, "lmcache-pd only"
     config: dict[str, Any] = {
         "chunk_size": plan.spec.lmcache.chunk_size,
+        # Chunk keys that do not depend on PYTHONHASHSEED (LMCache's builtin hash needs it equal
+        # on every instance, else the decoder finds nothing and silently recomputes: measured).
+        "pre_caching_hash_algorithm": "sha256_cbor",
         # P/D keeps KV in its transfer buffer, not in LMCache's CPU cache (as in seed A).
         "local_cpu": False,
         "max_local_cpu_size": 0,

@@ -56,7 +56,11 @@ def engine_service(
         service["secrets"] = ["hf_token"]
     if env_files:
         service["env_file"] = env_files
-    service["healthcheck"] = _healthcheck(engine.http_port, "/health", _START_PERIOD[plan.profile])
+    # A decoder's LMCache P/D receiver ports too: a pd_peer_host it cannot bind leaves them
+    # closed without any error while /health says 200 (measured).
+    listening = engine.pd_init_ports + engine.pd_alloc_ports
+    start = _START_PERIOD[plan.profile]
+    service["healthcheck"] = _healthcheck(engine.http_port, "/health", start, listening)
     if engine.lmcache_server is not None:
         service["depends_on"] = {engine.lmcache_server.service: {"condition": "service_healthy"}}
     return service | _common(plan, engine.role.value, engine.name, engine.host)
@@ -202,8 +206,14 @@ def _engine_volumes(plan: Plan) -> list[Any]:
     return volumes
 
 
-def _healthcheck(port: int, path: str, start_period: str) -> Service:
+def _healthcheck(
+    port: int, path: str, start_period: str, listening: tuple[int, ...] = ()
+) -> Service:
     probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"
+    if listening:
+        ports = ", ".join(str(p) for p in listening)
+        connect = f"[socket.create_connection(('127.0.0.1', p), 2).close() for p in ({ports},)]"
+        probe = f"import socket; {probe}; {connect}"
     return {
         "test": ["CMD", "python3", "-c", probe],
         "interval": "5s",

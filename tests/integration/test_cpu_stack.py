@@ -82,7 +82,7 @@ def test_up_prints_and_records_a_passing_verdict(stack_up: dict[str, Any]) -> No
     rows = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
     external = rows["prompt tokens from prefill (decode: external_kv_transfer)"]
     assert int(external["observed"]) >= record["results"]["smoke"]["prompt_tokens"] > 256
-    assert rows["prompt tokens recomputed on decode (local_compute)"]["observed"] == "0"
+    assert rows["prompt tokens computed on decode (local_compute)"]["observed"] == "0"
     assert rows["NIXL failed transfers"]["observed"] == "0"
     assert int(rows["NIXL bytes transferred"]["observed"]) > 0
     assert rows["router stamps prefill/decode pair"]["passed"] is True

@@ -338,5 +338,7 @@ async def test_lmcache_pd_one_token_is_answered_by_the_prefill_alone(
     )
     assert status == 200
     assert json.loads(raw)["choices"][0]["text"] == "F"
-    assert d0.seen == []  # the seed sent max_tokens=0 to the decoder here
+    # The decoder still reads the KV it was sent (its buffer would fill up), one token, unused;
+    # the seed sent it max_tokens=0 here.
+    assert d0.seen == [{"model": "m", "prompt": [1, 2, 3, 7], "max_tokens": 1, "stream": False}]
     await server.close()
