@@ -68,7 +68,10 @@ def first_token(prefill: dict[str, Any], *, chat: bool) -> FirstToken:
         return FirstToken(
             token_id=int(params["first_tok"]),
             text=text,
-            prompt_ids=[int(t) for t in choice["prompt_token_ids"]],
+            # Completions carry prompt ids per choice, chat responses at the top level.
+            prompt_ids=[
+                int(t) for t in choice.get("prompt_token_ids") or prefill["prompt_token_ids"]
+            ],
             finish_reason=choice.get("finish_reason"),
             model=str(prefill.get("model", "")),
         )

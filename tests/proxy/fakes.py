@@ -55,7 +55,9 @@ class FakeBackend:
         if self.notify_to and "disagg_spec" in params:
             await self._notify(params["disagg_spec"]["req_id"])
         if params.get("ret_first_tok"):  # an LMCache P/D prefiller: the first token and ids
-            return web.json_response(self._first_token())
+            return web.json_response(
+                self._first_token(chat=request.path.endswith("/chat/completions"))
+            )
         if not body.get("stream"):
             returned = None
             if params.get("do_remote_decode"):
@@ -77,19 +79,14 @@ class FakeBackend:
         return out
 
     @staticmethod
-    def _first_token() -> dict[str, Any]:
-        choice = {
-            "text": "F",
-            "message": {"role": "assistant", "content": "F"},
-            "finish_reason": "length",
-            "prompt_token_ids": [1, 2, 3],
-        }
-        return {
-            "id": "p",
-            "model": "m",
-            "choices": [choice],
-            "kv_transfer_params": {"first_tok": 7},
-        }
+    def _first_token(chat: bool) -> dict[str, Any]:
+        """vLLM puts prompt_token_ids in each choice of a completion, at the top of a chat."""
+        top: dict[str, Any] = {"id": "p", "model": "m", "kv_transfer_params": {"first_tok": 7}}
+        if chat:
+            choice = {"message": {"role": "assistant", "content": "F"}, "finish_reason": "length"}
+            return top | {"choices": [choice], "prompt_token_ids": [1, 2, 3]}
+        choice = {"text": "F", "finish_reason": "length", "prompt_token_ids": [1, 2, 3]}
+        return top | {"choices": [choice]}
 
     async def _notify(self, request_id: str) -> None:
         socket = zmq.asyncio.Context.instance().socket(zmq.PUSH)
