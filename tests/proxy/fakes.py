@@ -83,9 +83,14 @@ class FakeBackend:
         """vLLM puts prompt_token_ids in each choice of a completion, at the top of a chat."""
         top: dict[str, Any] = {"id": "p", "model": "m", "kv_transfer_params": {"first_tok": 7}}
         if chat:
-            choice = {"message": {"role": "assistant", "content": "F"}, "finish_reason": "length"}
-            return top | {"choices": [choice], "prompt_token_ids": [1, 2, 3]}
-        choice = {"text": "F", "finish_reason": "length", "prompt_token_ids": [1, 2, 3]}
+            message = {"role": "assistant", "content": "F"}
+            chat_choice = {"message": message, "finish_reason": "length"}
+            return top | {"choices": [chat_choice], "prompt_token_ids": [1, 2, 3]}
+        choice: dict[str, Any] = {
+            "text": "F",
+            "finish_reason": "length",
+            "prompt_token_ids": [1, 2, 3],
+        }
         return top | {"choices": [choice]}
 
     async def _notify(self, request_id: str) -> None:
