@@ -342,3 +342,23 @@ async def test_lmcache_pd_one_token_is_answered_by_the_prefill_alone(
     # the seed sent it max_tokens=0 here.
     assert d0.seen == [{"model": "m", "prompt": [1, 2, 3, 7], "max_tokens": 1, "stream": False}]
     await server.close()
+
+
+async def test_a_decoder_killed_while_requests_flow_is_left_out(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, d1 = backends
+    proxy, server = await serve(nixl_config([p0], [d0, d1]))
+    body = {"model": "m", "prompt": "x", "stream": True}
+    assert {
+        (await post(server, "/v1/completions", body))[1]["X-Xpyd-Decode"] for _ in range(4)
+    } == {"d0", "d1"}
+    await d1.close()  # killed: in flight or next, it refuses connections
+    results = [await post(server, "/v1/completions", body) for _ in range(6)]
+    statuses = [status for status, _, _ in results]
+    assert statuses.count(502) <= 1  # at most the one request that found it dead first
+    assert [h["X-Xpyd-Decode"] for s, h, _ in results if s == 200] == ["d0"] * statuses.count(200)
+    dead = proxy.decode.by_name("d1")
+    assert dead is not None
+    assert not dead.available(time.monotonic())
+    await server.close()
