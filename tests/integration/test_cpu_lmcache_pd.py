@@ -66,3 +66,40 @@ def test_connector_check_inside_the_image(stack_up: dict[str, Any]) -> None:
     )
     assert "FAILURES: 0" in output, output[-3000:]
     assert output.count("PASS ") >= 20
+
+
+LENGTHS = [1, 2, 17, 255, 256, 257, 300, 511, 513, 700, 1000, 1500]
+
+
+def test_pd_outputs_equal_a_plain_run_over_prompt_lengths(stack_up: dict[str, Any]) -> None:
+    """Greedy outputs through P/D equal the decoder computing the same prompt alone (no
+    prefix cache on this stack), across chunk (256) and block (128) edges; and every prompt
+    token came from the prefiller."""
+    import httpx
+
+    decoder = "http://127.0.0.1:7200"
+    body = {"model": "tiny-llama", "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+    with httpx.Client(timeout=120) as client:
+        for length in LENGTHS:
+            prompt = [10 + (7 * i + length) % 2000 for i in range(length)]
+            before = client.get(f"{decoder}/metrics").text
+            pd = client.post("http://127.0.0.1:9100/v1/completions", json=body | {"prompt": prompt})
+            assert pd.status_code == 200, pd.text
+            after = client.get(f"{decoder}/metrics").text
+            plain = client.post(f"{decoder}/v1/completions", json=body | {"prompt": prompt})
+            assert plain.status_code == 200, plain.text
+            assert pd.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"], length
+            moved = _counter(after, "external_kv_transfer") - _counter(
+                before, "external_kv_transfer"
+            )
+            assert moved == length, f"{length} tokens: {moved} came from the prefiller"
+
+
+def _counter(metrics: str, source: str) -> float:
+    prefix = "vllm:prompt_tokens_by_source_total{"
+    lines = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith(prefix) and f'source="{source}"' in line
+    ]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
