@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import os
 import time
 import uuid
@@ -29,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from generator.proxy import fastjson
 from generator.proxy.config import DecoderConfig, ProxyConfig
+from generator.proxy.health import check_pools
 from generator.proxy.lmcache_pd import (
     StreamConverter,
     decoder_request,
@@ -40,10 +39,10 @@ from generator.proxy.metrics import ProxyMetrics
 from generator.proxy.notices import NoticeBoard, NoticeTimeout
 from generator.proxy.protocols import decode_body, prefill_body
 from generator.proxy.routing import Backend, NoBackend, Pool, SessionTable
+from generator.proxy.sse import relay_stream, send_events
 
 __all__ = ["Proxy"]
 
-log = logging.getLogger("xpyd.proxy")
 _JSON = "application/json"
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
 
@@ -321,7 +320,9 @@ class Proxy:
             # never read stay in its receive buffer, and once that is full no notice comes again.
             await self._drain(payload | {"max_tokens": 1, "stream": False}, decoder, exchange)
             if exchange.body.get("stream"):
-                return await self._send_events(exchange, converter.opening() + converter.closing())
+                return await send_events(
+                    exchange.request, exchange.headers, converter.opening() + converter.closing()
+                )
             answer = merge_json(first, None, chat=exchange.chat, request_id=exchange.request_id)
             return web.json_response(answer, headers=exchange.headers)
         return await self._decode(exchange, "/v1/completions", payload, decoder, converter)
@@ -339,14 +340,6 @@ class Proxy:
                 await reply.read()
         except (aiohttp.ClientError, TimeoutError):
             self.metrics.errors.labels("decode_drain", decoder.name).inc()
-
-    async def _send_events(self, exchange: Exchange, events: bytes) -> web.StreamResponse:
-        sse = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        out = web.StreamResponse(status=200, headers=exchange.headers | sse)
-        await out.prepare(exchange.request)
-        await out.write(events)
-        await out.write_eof()
-        return out
 
     async def _decode(
         self,
@@ -382,7 +375,14 @@ class Proxy:
                     return web.Response(
                         body=raw, status=reply.status, content_type=_JSON, headers=exchange.headers
                     )
-                return await self._relay_stream(exchange, reply, decoder, converter)
+                return await relay_stream(
+                    exchange.request,
+                    exchange.headers,
+                    reply,
+                    decoder=decoder.name,
+                    converter=converter,
+                    metrics=self.metrics,
+                )
         except _CONNECT_ERRORS as exc:
             self.decode.eject(decoder)
             self.metrics.errors.labels("decode_connect", decoder.name).inc()
@@ -394,47 +394,6 @@ class Proxy:
         finally:
             decoder.outstanding -= 1
 
-    async def _relay_stream(
-        self,
-        exchange: Exchange,
-        reply: aiohttp.ClientResponse,
-        decoder: Backend[DecoderConfig],
-        converter: StreamConverter | None,
-    ) -> web.StreamResponse:
-        sse = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        out = web.StreamResponse(status=200, headers=exchange.headers | sse)
-        await out.prepare(exchange.request)
-        try:
-            if converter is not None:
-                await out.write(converter.opening())
-            await self._copy_stream(reply, out, decoder, converter)
-            if converter is not None:
-                await out.write(converter.closing())
-            await out.write_eof()
-        except ConnectionResetError:
-            # The client went away (often right after [DONE]): stop; leaving the `async with`
-            # closes the decoder connection, which aborts its request if still running.
-            self.metrics.errors.labels("client_disconnect", decoder.name).inc()
-        return out
-
-    async def _copy_stream(
-        self,
-        reply: aiohttp.ClientResponse,
-        out: web.StreamResponse,
-        decoder: Backend[DecoderConfig],
-        converter: StreamConverter | None,
-    ) -> None:
-        try:
-            async for chunk in reply.content.iter_any():
-                await out.write(converter.feed(chunk) if converter is not None else chunk)
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
-            self.metrics.errors.labels("decode_stream", decoder.name).inc()
-            message = f"{decoder.name} failed mid-stream: {type(exc).__name__}: {exc}"
-            error = {"error": {"message": message, "type": "decode_failed", "code": 502}}
-            await out.write(f"data: {json.dumps(error)}\n\n".encode())
-            if converter is None:
-                await out.write(b"data: [DONE]\n\n")
-
     # ---- health ----------------------------------------------------------------------------
 
     async def _check_health_forever(self) -> None:
@@ -444,19 +403,4 @@ class Proxy:
             await asyncio.sleep(self.config.timeouts.health_interval_s)
 
     async def check_health(self) -> None:
-        pools: list[tuple[str, Pool[Any]]] = [("prefill", self.prefill), ("decode", self.decode)]
-        checks = [self._check(pool, backend) for _, pool in pools for backend in pool.backends]
-        await asyncio.gather(*checks)
-
-    async def _check(self, pool: Pool[Any], backend: Backend[Any]) -> None:
-        # /health only: an lmcache-pd prefiller crashes on a request without disagg_spec.
-        try:
-            async with self.client.get(
-                f"{backend.config.url}/health", timeout=aiohttp.ClientTimeout(total=3)
-            ) as reply:
-                ok = reply.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            ok = False
-        if ok != backend.healthy:
-            log.warning("%s is %s", backend.name, "back in rotation" if ok else "out of rotation")
-        pool.health(backend, ok)
+        await check_pools(self.client, [self.prefill, self.decode])
