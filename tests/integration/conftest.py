@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from generator.docker import ComposeStack, ServiceState, docker_available
+from tests.tools import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,15 +30,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def cli(*args: str, root: Path = ROOT, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1", "CI": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "generator", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout_s,
-        check=False,
-    )
+    return run_cli(*args, root=root, timeout_s=timeout_s)
 
 
 def project_states(root: Path, stack: str, project: str) -> list[ServiceState]:

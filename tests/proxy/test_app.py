@@ -243,6 +243,14 @@ def lmcache_config(
     }
 
 
+async def serve_lmcache_pd(prefiller: FakeBackend, decoder: FakeBackend) -> TestServer:
+    """A proxy in lmcache-pd mode whose stand-in prefiller notifies for both TP ranks."""
+    port = free_port()
+    prefiller.notify_to, prefiller.notify_ranks = f"tcp://127.0.0.1:{port}", 2
+    _, server = await serve(lmcache_config(prefiller, decoder, port))
+    return server
+
+
 async def test_lmcache_pd_waits_for_every_rank_notice(backends: list[FakeBackend]) -> None:
     p0, _, d0, _ = backends
     port = free_port()
@@ -294,9 +302,7 @@ async def test_lmcache_pd_answers_carry_the_first_token_and_full_usage(
     backends: list[FakeBackend],
 ) -> None:
     p0, _, d0, _ = backends
-    port = free_port()
-    p0.notify_to, p0.notify_ranks = f"tcp://127.0.0.1:{port}", 2
-    _, server = await serve(lmcache_config(p0, d0, port))
+    server = await serve_lmcache_pd(p0, d0)
     status, _, raw = await post(
         server, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 4}
     )
@@ -330,9 +336,7 @@ async def test_lmcache_pd_one_token_is_answered_by_the_prefill_alone(
     backends: list[FakeBackend],
 ) -> None:
     p0, _, d0, _ = backends
-    port = free_port()
-    p0.notify_to, p0.notify_ranks = f"tcp://127.0.0.1:{port}", 2
-    _, server = await serve(lmcache_config(p0, d0, port))
+    server = await serve_lmcache_pd(p0, d0)
     status, _, raw = await post(
         server, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 1}
     )
