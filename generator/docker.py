@@ -3,7 +3,9 @@ project. Its exceptions are translated into ``DockerError`` here and nowhere els
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +20,11 @@ from generator.errors import DockerError
 
 __all__ = [
     "ComposeStack",
+    "EngineFacts",
+    "OneOff",
     "ServiceState",
     "docker_available",
+    "engine_facts",
     "ensure_image",
     "image_exists",
     "require_docker",
@@ -77,6 +82,61 @@ def docker_available() -> bool:
     except DockerException:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What doctor needs to know about the local Docker engine."""
+
+    server_version: str
+    compose_version: str | None  # None: no Compose v2 plugin
+    runtimes: tuple[str, ...]
+    default_runtime: str
+    root_dir: str
+    cdi_spec_dirs: tuple[str, ...]  # Docker >= 25 with CDI enabled; () otherwise
+    daemon_pid: int | None
+
+
+def engine_facts() -> EngineFacts | None:
+    """None when no engine answers. `docker info` as JSON: python-on-whales' model lacks the
+    CDI fields of newer engines."""
+    if shutil.which("docker") is None:
+        return None
+    done = subprocess.run(
+        ["docker", "info", "--format", "{{json .}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if done.returncode != 0:
+        return None
+    info = json.loads(done.stdout)
+    return EngineFacts(
+        server_version=str(info.get("ServerVersion", "?")),
+        compose_version=_compose_version(),
+        runtimes=tuple(sorted((info.get("Runtimes") or {}).keys())),
+        default_runtime=str(info.get("DefaultRuntime", "")),
+        root_dir=str(info.get("DockerRootDir", "/var/lib/docker")),
+        cdi_spec_dirs=tuple(info.get("CDISpecDirs") or ()),
+        daemon_pid=_daemon_pid(),
+    )
+
+
+def _compose_version() -> str | None:
+    try:
+        return str(DockerClient().compose.version()).removeprefix("Docker Compose version ")
+    except DockerException:
+        return None
+
+
+def _daemon_pid() -> int | None:
+    for path in ("/var/run/docker.pid", "/run/docker.pid"):
+        try:
+            return int(Path(path).read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def image_exists(tag: str) -> bool:
@@ -175,6 +235,24 @@ class ComposeStack:
         with _translated(f"removing {self.project}"):
             self._client.compose.down(remove_orphans=True, volumes=volumes, timeout=30, quiet=True)
 
+    def start_oneoff(
+        self, service: str, command: list[str], *, name: str, env: dict[str, str]
+    ) -> OneOff:
+        """A detached one-off container of ``service``: its image, devices, namespaces,
+        volumes and environment exactly as rendered, another command."""
+        with _translated(f"starting a one-off {service} container"):
+            self._client.compose.run(
+                service,
+                command,
+                detach=True,
+                name=name,
+                remove=False,
+                tty=False,
+                dependencies=False,
+                envs=env,
+            )
+        return OneOff(name)
+
     def run_oneoff(self, service: str, command: list[str], volumes: list[tuple[Path, str]]) -> str:
         """``docker compose run --rm`` a one-off container (e.g. the benchmark); its output."""
         with _translated(f"running {service}"):
@@ -187,3 +265,33 @@ class ComposeStack:
                 volumes=[(str(h), c) for h, c in volumes],
             )
         return output if isinstance(output, str) else ""
+
+
+@dataclass(frozen=True)
+class OneOff:
+    """A one-off container started by ``ComposeStack.start_oneoff``."""
+
+    name: str
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Its exit code, or None if it still runs after ``timeout_s``."""
+        client = DockerClient()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with _translated(f"inspecting {self.name}"):
+                state = client.container.inspect(self.name).state
+            if not state.running:
+                return state.exit_code
+            time.sleep(0.5)
+        return None
+
+    def output(self) -> tuple[str, str]:
+        """(stdout, stderr) of the container so far."""
+        done = subprocess.run(
+            ["docker", "logs", self.name], capture_output=True, text=True, timeout=60, check=False
+        )
+        return done.stdout, done.stderr
+
+    def remove(self) -> None:
+        with _translated(f"removing {self.name}"):
+            DockerClient().container.remove(self.name, force=True)

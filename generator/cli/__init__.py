@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from generator.cli import run_commands, stack_commands
+from generator.cli import doctor_command, run_commands, stack_commands
 
 __all__ = ["app", "main"]
 
@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 stack_commands.register(app)
 run_commands.register(app)
+doctor_command.register(app)
 
 
 def main() -> None:

@@ -66,6 +66,31 @@ def up(
             help="Multiply every health deadline (slow hosts).",
         ),
     ] = 1.0,
+    bench_input_len: Annotated[
+        int, typer.Option(help="Benchmark prompt length in tokens.", rich_help_panel="--bench")
+    ] = 512,
+    bench_output_len: Annotated[
+        int, typer.Option(help="Benchmark output length in tokens.", rich_help_panel="--bench")
+    ] = 32,
+    bench_prompts: Annotated[
+        int, typer.Option(help="Benchmark request count.", rich_help_panel="--bench")
+    ] = 32,
+    bench_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Requests per second (default: back to back).", rich_help_panel="--bench"
+        ),
+    ] = None,
+    bench_burstiness: Annotated[
+        float,
+        typer.Option(help="Burstiness of arrivals (1: Poisson).", rich_help_panel="--bench"),
+    ] = 1.0,
+    bench_max_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="Requests in flight at most (default: no limit).", rich_help_panel="--bench"
+        ),
+    ] = None,
 ) -> None:
     """Bring a stack up and prove it works: render, build images, start LMCache servers,
     engines and router in dependency order, wait for real health, then a smoke request whose
@@ -79,7 +104,7 @@ def up(
     from generator.paths import find_workspace
     from generator.workbench import load_plan
     from generator.workflow import up_stack
-    from generator.workflow.context import RunOptions
+    from generator.workflow.context import BenchSettings, RunOptions
     from generator.workflow.run import make_context
 
     require_docker()
@@ -90,6 +115,14 @@ def up(
         down=down_after,
         teardown_on_failure=teardown_on_failure,
         wait_scale=wait_scale,
+        bench_settings=BenchSettings(
+            input_len=bench_input_len,
+            output_len=bench_output_len,
+            num_prompts=bench_prompts,
+            request_rate=bench_rate,
+            burstiness=bench_burstiness,
+            max_concurrency=bench_max_concurrency,
+        ),
     )
     context = make_context(plan, find_workspace(), options, run_id)
     up_stack(context, start_from=start_from)

@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from generator.plan import Plan
 
 if TYPE_CHECKING:
     from generator.docker import ServiceState
+    from generator.doctor import DoctorReport
     from generator.probes import SmokeResult
     from generator.workflow.graph import Graph
 
-__all__ = ["print_dag", "print_plan", "print_status", "print_verdict"]
+__all__ = ["print_dag", "print_doctor", "print_plan", "print_status", "print_verdict"]
 
 
 def _console() -> Console:
@@ -40,10 +42,14 @@ def print_plan(plan: Plan) -> None:
 def _engines(plan: Plan) -> Table:
     devices = "GPUs" if plan.profile.value == "gpu" else "cores"
     table = Table(title="engines", title_justify="left")
-    for column in ("engine", "host", devices, "TP", "http", "KV ports"):
+    columns = ["engine", "host", devices, "TP", "http", "KV ports"]
+    if plan.profile.value == "gpu":
+        columns.insert(3, "container sees (CUDA_VISIBLE_DEVICES)")
+    for column in columns:
         table.add_column(column)
     for engine in plan.engines:
-        ids = engine.gpus or engine.cpus
+        ids = ",".join(map(str, engine.gpus or engine.cpus))
+        sees = [] if not engine.gpus else [_gpu_view(engine.visible_gpus, engine.cuda_devices)]
         if engine.side_channel_ports:
             kv = f"nixl {_span(engine.side_channel_ports)}"
         elif engine.pd_init_ports:
@@ -51,14 +57,13 @@ def _engines(plan: Plan) -> Table:
         else:
             kv = "-"
         table.add_row(
-            engine.name,
-            engine.host,
-            ",".join(map(str, ids)),
-            str(engine.tp),
-            str(engine.http_port),
-            kv,
+            engine.name, engine.host, ids, *sees, str(engine.tp), str(engine.http_port), kv
         )
     return table
+
+
+def _gpu_view(visible: tuple[int, ...], selected: tuple[int, ...]) -> str:
+    return f"{','.join(map(str, visible))} ({','.join(map(str, selected))})"
 
 
 def _ports(plan: Plan) -> Table:
@@ -93,9 +98,10 @@ def print_verdict(plan: Plan, result: SmokeResult) -> None:
     table = Table(title=f"{plan.stack}: smoke verdict", title_justify="left")
     for column in ("check", "observed", "expected", "result"):
         table.add_column(column)
-    colors = {"PASS": "green", "FAIL": "red", "n/a": "dim"}
+    colors = {"PASS": "green", "FAIL": "red", "n/a": "dim", "WARN": "yellow", "info": "cyan"}
     for row in result.rows:
-        table.add_row(row.check, row.observed, row.expected, f"[{colors[row.mark]}]{row.mark}[/]")
+        mark = f"[{colors[row.mark]}]{row.mark}[/]"
+        table.add_row(escape(row.check), escape(row.observed), escape(row.expected), mark)
     console = _console()
     console.print(table)
     verdict = "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]"
@@ -135,3 +141,25 @@ def print_dag(graph: Graph) -> None:
             marker = " (teardown)" if task.teardown else ""
             line = f"{depth:2d}  [bold]{name}[/bold]{marker}  after: {after}"
             console.print(f"{line}  [dim]{task.description}[/dim]")
+
+
+def print_doctor(report: DoctorReport) -> None:
+    table = Table(title=f"doctor: {report.stack} on host {report.host}", title_justify="left")
+    for column in ("check", "expected", "found", "verdict", "fix"):
+        table.add_column(column)
+    colors = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
+    for row in report.rows:
+        mark = row.verdict.value + (
+            "" if row.required or row.verdict.value != "FAIL" else " (advisory)"
+        )
+        table.add_row(
+            escape(row.check),
+            escape(row.expected),
+            escape(row.found),
+            f"[{colors[row.verdict.value]}]{mark}[/]",
+            escape(row.fix),
+        )
+    console = _console()
+    console.print(table)
+    verdict = "[green]ready[/green]" if report.passed else "[red]NOT ready[/red]"
+    console.print(f"{escape(report.stack)} on {escape(report.host)}: {verdict}")

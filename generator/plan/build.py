@@ -11,7 +11,7 @@ from generator.plan.models import (
     Role,
     RouterPlan,
 )
-from generator.plan.placement import Slot, place_engines
+from generator.plan.placement import GpuView, Slot, gpu_views, place_engines
 from generator.plan.ports import PortBook
 from generator.plan.warnings import collect_warnings
 from generator.spec import (
@@ -25,7 +25,9 @@ from generator.spec import (
 
 __all__ = ["make_plan"]
 
-_DEFAULT_ROUTER_PORT = {RouterKind.PROXY: 9100, RouterKind.VLLM_ROUTER: 30000}
+# Seed A's proxy listens on 9100, node_exporter's port on most GPU hosts: the seed stacks keep
+# it (router.port), everything else defaults to 8100.
+_DEFAULT_ROUTER_PORT = {RouterKind.PROXY: 8100, RouterKind.VLLM_ROUTER: 30000}
 _CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs little
 _GPU_L1_SIZE_GB = 100.0  # the MP docs' value
 
@@ -36,7 +38,8 @@ def make_plan(spec: Spec) -> Plan:
     slots = place_engines(spec)
     _claim_fixed_ports(spec, book, slots)
     router = _plan_router(spec, book, network)
-    engines = [_plan_engine(spec, book, network, slot) for slot in slots]
+    views = gpu_views(slots) if spec.profile is Profile.GPU else {}
+    engines = [_plan_engine(spec, book, network, slot, views.get(slot)) for slot in slots]
     prefill = tuple(e for e in engines if e.role is Role.PREFILL)
     decode = tuple(e for e in engines if e.role is Role.DECODE)
     hosts = tuple(
@@ -47,7 +50,7 @@ def make_plan(spec: Spec) -> Plan:
         topology=spec.topology,
         profile=spec.profile,
         network=network,
-        rdma=_rdma(spec),
+        rdma=_rdma(spec, slots),
         hosts=hosts,
         prefill=prefill,
         decode=decode,
@@ -60,10 +63,15 @@ def make_plan(spec: Spec) -> Plan:
     return plan.model_copy(update={"warnings": tuple(collect_warnings(plan))})
 
 
-def _rdma(spec: Spec) -> bool:
+def _rdma(spec: Spec, slots: list[Slot]) -> bool:
+    """RDMA devices only where KV crosses hosts (or the spec asks): mapping /dev/infiniband
+    into a container fails its creation on a host that has none."""
     if spec.networking.rdma is not None:
         return spec.networking.rdma
-    return spec.profile is Profile.GPU
+    prefill_hosts = {slot.host for slot in slots if slot.role is Role.PREFILL}
+    decode_hosts = {slot.host for slot in slots if slot.role is Role.DECODE}
+    crosses = any(p != d for p in prefill_hosts for d in decode_hosts)
+    return spec.profile is Profile.GPU and crosses
 
 
 def _lmcache_server(spec: Spec) -> LMCacheServerSpec | None:
@@ -143,7 +151,9 @@ def _plan_router(spec: Spec, book: PortBook, network: Network) -> RouterPlan:
     )
 
 
-def _plan_engine(spec: Spec, book: PortBook, network: Network, slot: Slot) -> EnginePlan:
+def _plan_engine(
+    spec: Spec, book: PortBook, network: Network, slot: Slot, view: GpuView | None
+) -> EnginePlan:
     name = f"{slot.role.value}-{slot.index}"
     host = next(h for h in spec.hosts if h.name == slot.host)
     tp = getattr(spec, slot.role.value).tp
@@ -165,13 +175,21 @@ def _plan_engine(spec: Spec, book: PortBook, network: Network, slot: Slot) -> En
             bases.nixl_side_channel, tp, "NIXL side channel", "ports.nixl_side_channel"
         )
         fields["lmcache_server"] = _plan_lmcache_server(spec, book, slot, name)
-    elif slot.role is Role.DECODE:
+    elif slot.role is Role.PREFILL:
+        fields["nixl_telemetry_port"] = block(
+            bases.nixl_telemetry, 1, "NIXL telemetry (Prometheus)", "ports.nixl_telemetry"
+        )[0]
+    else:
         fields["pd_init_ports"] = block(
             bases.decode_pd_init, tp, "LMCache P/D init", "ports.decode_pd_init"
         )
         fields["pd_alloc_ports"] = block(
             bases.decode_pd_alloc, tp, "LMCache P/D alloc", "ports.decode_pd_alloc"
         )
+        # The receiver binds its init/alloc sockets here; prefillers are told advertise_host.
+        fields["pd_bind_host"] = "0.0.0.0" if network == "bridge" else host.address
+    if view is not None:
+        fields["visible_gpus"], fields["cuda_devices"] = view.visible, view.selected
     gpu = spec.profile is Profile.GPU
     return EnginePlan(
         name=name,

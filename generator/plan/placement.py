@@ -14,7 +14,7 @@ from generator.errors import PlanError
 from generator.plan.models import Role
 from generator.spec import GroupPlacement, Profile, Spec
 
-__all__ = ["Slot", "place_engines"]
+__all__ = ["GpuView", "Slot", "gpu_views", "place_engines"]
 
 _T = TypeVar("_T")
 
@@ -64,6 +64,29 @@ class _Pool:
         for device in block:
             self.owner[device] = owner
         return tuple(block)
+
+
+@dataclass(frozen=True)
+class GpuView:
+    visible: tuple[int, ...]  # host GPU ids the engine's container sees, ascending
+    selected: tuple[int, ...]  # its own GPUs, as positions among ``visible``
+
+
+def gpu_views(slots: list[Slot]) -> dict[Slot, GpuView]:
+    """What each engine's container sees. On a host with both prefill and decode engines each
+    of them may swap KV with every engine of the other role there, and CUDA IPC needs both
+    GPUs visible: so each sees the union of that host's engine GPUs and selects its own. A
+    host with one role only has no same-host KV traffic: each engine sees its own GPUs."""
+    views: dict[Slot, GpuView] = {}
+    for slot in slots:
+        same_host = [other for other in slots if other.host == slot.host]
+        mixed = len({other.role for other in same_host}) == 2
+        visible = sorted(
+            {gpu for other in same_host for gpu in other.devices} if mixed else slot.devices
+        )
+        selected = tuple(visible.index(gpu) for gpu in slot.devices)
+        views[slot] = GpuView(tuple(visible), selected)
+    return views
 
 
 def place_engines(spec: Spec) -> list[Slot]:

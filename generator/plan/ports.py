@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from generator.errors import PlanError
+from generator.plan.agent_ports import AGENT_PORTS
 from generator.plan.models import PortUse
 
 __all__ = ["PortBook"]
@@ -41,11 +42,14 @@ class PortBook:
     def claim_block(
         self, host: str, preferred: int, size: int, *, owner: str, purpose: str, field: str
     ) -> tuple[int, ...]:
-        """The first ``size`` consecutive free ports at or above ``preferred``."""
+        """The first ``size`` consecutive free ports at or above ``preferred`` (skipping the
+        ports of common cluster agents: on host networking they would clash)."""
         used = self._claims.setdefault(host, {})
         start = preferred
         while start + size - 1 <= _MAX_PORT:
-            clash = next((p for p in range(start, start + size) if p in used), None)
+            clash = next(
+                (p for p in range(start, start + size) if p in used or p in AGENT_PORTS), None
+            )
             if clash is None:
                 ports = tuple(range(start, start + size))
                 for rank, port in enumerate(ports):

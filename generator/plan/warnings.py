@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from generator.plan.agent_ports import agent_on
 from generator.plan.models import Plan
 
 __all__ = ["collect_warnings"]
@@ -31,6 +32,15 @@ def collect_warnings(plan: Plan) -> Iterator[str]:
                 f"{role}.gpu_memory_utilization={utilization} leaves almost no GPU memory for "
                 "NIXL/LMCache buffers and CUDA graphs; 0.9 is the usual ceiling."
             )
+    if plan.network == "host":
+        for use in plan.ports:
+            agent = agent_on(use.port)
+            if agent is not None:
+                yield (
+                    f"port {use.port} on host {use.host} ({use.owner}: {use.purpose}) is the "
+                    f"default port of {agent}: if the host runs it, {use.owner} cannot bind "
+                    "(preflight and doctor check). Pick another port if you can."
+                )
     if spec.hf.offline and spec.model.source == "hub" and spec.hf.cache_dir is None:
         yield (
             "hf.offline is on but hf.cache_dir is unset: the model cache volume starts empty, "

@@ -7,14 +7,21 @@ the prompt on the decoder in several known cases, and this verdict fails then.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from generator.plan import Plan
 from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
-from generator.spec import RouterKind, Topology
+from generator.probes.kv_speed import (
+    kv_speed_row,
+    read_counters,
+    transport_in_logs,
+    wait_for_transfers,
+)
+from generator.probes.verdict import SmokeResult, VerdictRow
+from generator.spec import Profile, RouterKind, Topology
 
 __all__ = ["SmokeResult", "VerdictRow", "run_smoke"]
 
@@ -28,40 +35,15 @@ _SENTENCE = (
 _WORDS = _SENTENCE.split()
 
 
-@dataclass(frozen=True)
-class VerdictRow:
-    check: str
-    observed: str
-    expected: str
-    passed: bool | None  # None: not applicable to this stack
-
-    @property
-    def mark(self) -> str:
-        return {True: "PASS", False: "FAIL", None: "n/a"}[self.passed]
-
-
-@dataclass(frozen=True)
-class SmokeResult:
-    rows: list[VerdictRow]
-    completion_text: str
-    chat_text: str
-    prompt_tokens: int
-
-    @property
-    def passed(self) -> bool:
-        return all(row.passed is not False for row in self.rows)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "prompt_tokens": self.prompt_tokens,
-            "rows": [asdict(r) | {"mark": r.mark} for r in self.rows],
-        }
-
-
 def run_smoke(
-    plan: Plan, *, nonce: str, host: str = "127.0.0.1", timeout_s: float = 180.0
+    plan: Plan,
+    *,
+    nonce: str,
+    host: str = "127.0.0.1",
+    timeout_s: float = 180.0,
+    logs: Callable[[list[str]], str] | None = None,
 ) -> SmokeResult:
+    """``logs(services)`` returns those services' logs (where UCX names its transport)."""
     router = f"http://{host}:{plan.router.port}"
     model = plan.spec.model.served_name or plan.spec.model.id
     headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
@@ -69,12 +51,16 @@ def run_smoke(
         before = _decode_metrics(client, plan, host)
         objects_before = _lmcache_objects(client, plan, host)
         prompt = _long_prompt(client, plan, host, model, nonce)
+        chat_prompt = _long_prompt(client, plan, host, model, nonce + "-chat")
+        kv_start = read_counters(client, plan, host)
         completion = _complete(client, router, model, prompt, headers)
-        chat_text, chunks = _chat_stream(
-            client, router, model, _long_prompt(client, plan, host, model, nonce + "-chat"), headers
-        )
+        kv_mid = wait_for_transfers(client, plan, host, kv_start)
+        chat_text, chunks = _chat_stream(client, router, model, chat_prompt, headers)
+        kv_end = wait_for_transfers(client, plan, host, kv_mid)
         after = _decode_metrics(client, plan, host)
         objects_after = _lmcache_objects(client, plan, host)
+    per_request = [("completion", kv_mid - kv_start), ("chat", kv_end - kv_mid)]
+    transport = transport_in_logs(plan, logs, per_request) if logs else None
     usage = completion.get("usage") or {}
     rows = [
         VerdictRow(
@@ -87,6 +73,7 @@ def run_smoke(
             "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
         ),
         *_kv_rows(plan, before, after),
+        kv_speed_row(plan, per_request, transport),
         _stamp_row(plan, completion),
         _lmcache_row(plan, objects_before, objects_after),
         _stickiness_row(plan, router, model, headers),
@@ -122,7 +109,10 @@ def _long_prompt(client: httpx.Client, plan: Plan, host: str, model: str, nonce:
     the decoder's own tokenizer to stay inside max_model_len."""
     chunk = plan.spec.lmcache.chunk_size
     limit = (plan.spec.model.max_model_len or 4096) - _MAX_TOKENS - 64
-    target = max(1, min(3 * chunk, limit))
+    # On GPUs a few thousand tokens (hundreds of MiB of KV): a transfer of microseconds would
+    # be timed mostly by vLLM's completion polling, not by the link.
+    wanted = 3 * chunk if plan.profile is Profile.CPU else 4096
+    target = max(1, min(wanted, limit))
     words = [f"run {nonce}:"] + [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(target)]
     url = f"http://{host}:{plan.decode[0].http_port}/tokenize"
     while len(words) > 2:

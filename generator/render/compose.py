@@ -14,7 +14,6 @@ from generator.render.images import ImageBuild
 from generator.render.lmcache import lmcache_pd_config
 from generator.render.router import proxy_config
 from generator.render.services import (
-    base_image_service,
     bench_service,
     engine_service,
     lmcache_service,
@@ -58,8 +57,6 @@ def _project(plan: Plan, host: str, images: list[ImageBuild]) -> ComposeProject:
     services: dict[str, Any] = {}
     configs: dict[str, Any] = {}
     files: dict[PurePosixPath, str] = {}
-    if plan.engines_on(host):
-        services["engine-base"] = base_image_service(by_role["engine-base"])
     for engine in plan.engines_on(host):
         config = None
         if plan.topology is Topology.LMCACHE_PD:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 from generator.paths import Workspace
 from generator.plan import Plan
@@ -27,19 +28,32 @@ _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 
 @dataclass(frozen=True)
 class ImageBuild:
-    role: str  # engine-base | prefill | decode | lmcache | router
+    role: str  # prefill | decode | lmcache | router
     tag: str
     dockerfile: PurePosixPath  # relative to the workspace root, which is the build context
     text: str
-    base_role: str | None  # the image of this stack it is FROM, built first
-    from_image: str | None = None  # an outside image it is FROM (pulled, or made locally)
+    from_image: str  # the outside image it is FROM (pulled, or made locally)
+
+
+@dataclass(frozen=True)
+class _BaseStages:
+    """The engine base: build stages that every engine image of a stack starts with. Each
+    role's Dockerfile holds them, so any host's compose project builds its images with a plain
+    `docker compose build`; the build cache makes them once per host."""
+
+    template: str
+    context: dict[str, Any]
+    inputs: list[str]  # files the stages copy: part of what the tags stand for
+    from_image: str
 
 
 def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
     base = _engine_base(plan, workspace)
     roles = ["prefill", "decode"] + (["lmcache"] if plan.topology is Topology.NIXL_MP else [])
-    images = [base] + [_engine_role(plan, workspace, role, base) for role in roles]
-    return [*images, _router(plan, workspace)]
+    return [
+        *(_engine_role(plan, workspace, role, base) for role in roles),
+        _router(plan, workspace),
+    ]
 
 
 def _pins(plan: Plan) -> PackagePins:
@@ -68,7 +82,7 @@ def _files_under(workspace: Workspace, folder: str) -> list[str]:
     )
 
 
-def _engine_base(plan: Plan, workspace: Workspace) -> ImageBuild:
+def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
     spec = plan.spec
     cpu = plan.profile is Profile.CPU
     defaults = load_versions().base_images
@@ -76,23 +90,20 @@ def _engine_base(plan: Plan, workspace: Workspace) -> ImageBuild:
     gpu_default = f"{defaults.gpu_engine_repo}:v{pins.vllm}"
     base_image = spec.images.engine_base or (defaults.cpu_engine if cpu else gpu_default)
     synthetic = spec.model.id if spec.model.source == "synthetic" else None
-    template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
-    text = render_template(
-        workspace.templates_dir,
-        template,
-        base_image=base_image,
-        versions=pins,
-        pip=spec.images.pip,
-        lock=ENGINE_LOCK,
-        synthetic_model=synthetic,
-    )
+    context = {
+        "base_image": base_image,
+        "versions": pins,
+        "pip": spec.images.pip,
+        "lock": ENGINE_LOCK,
+        "synthetic_model": synthetic,
+    }
     inputs = [ENGINE_LOCK] if cpu else []
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
-    tag = _tag(plan, workspace, "engine-base", text, inputs)
-    return ImageBuild("engine-base", tag, _dockerfile(plan, "engine-base"), text, None, base_image)
+    template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
+    return _BaseStages(template, context, inputs, base_image)
 
 
-def _engine_role(plan: Plan, workspace: Workspace, role: str, base: ImageBuild) -> ImageBuild:
+def _engine_role(plan: Plan, workspace: Workspace, role: str, base: _BaseStages) -> ImageBuild:
     command = ["lmcache", "server", "--help"] if role == "lmcache" else _VLLM_HELP
     # vLLM's CPU build needs our KV connector for LMCache's in-process P/D (lmcache-pd).
     cpu_connector = (
@@ -102,13 +113,14 @@ def _engine_role(plan: Plan, workspace: Workspace, role: str, base: ImageBuild) 
         workspace.templates_dir,
         "engine-role.Dockerfile.j2",
         role=role,
-        base_image=base.tag,
+        base_template=base.template,
         default_command=command,
         cpu_connector=cpu_connector,
+        **base.context,
     )
-    inputs = _files_under(workspace, CPU_CONNECTOR) if cpu_connector else []
+    inputs = base.inputs + (_files_under(workspace, CPU_CONNECTOR) if cpu_connector else [])
     tag = _tag(plan, workspace, role, text, inputs)
-    return ImageBuild(role, tag, _dockerfile(plan, role), text, "engine-base")
+    return ImageBuild(role, tag, _dockerfile(plan, role), text, base.from_image)
 
 
 def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
@@ -130,4 +142,4 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         if plan.router.kind is RouterKind.PROXY
     )
     tag = _tag(plan, workspace, "router", text, [ROUTER_LOCK, *sources])
-    return ImageBuild("router", tag, _dockerfile(plan, "router"), text, None, base_image)
+    return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)

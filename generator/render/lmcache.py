@@ -43,13 +43,8 @@ def lmcache_pd_config(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         config |= {
             "pd_role": "receiver",
             "pd_buffer_size": settings.decode_buffer_bytes,
-            "pd_peer_host": _bind_host(plan, engine),
+            "pd_peer_host": engine.pd_bind_host,
             "pd_peer_init_port": list(engine.pd_init_ports),
             "pd_peer_alloc_port": list(engine.pd_alloc_ports),
         }
     return config
-
-
-def _bind_host(plan: Plan, engine: EnginePlan) -> str:
-    """The receiver binds its init/alloc sockets here; prefillers are told the advertised name."""
-    return "0.0.0.0" if plan.network == "bridge" else engine.address

@@ -2,9 +2,12 @@
 
 Why the non-obvious settings are there (measured, see NOTES.md):
 - GPU engines share the host PID namespace: with a private one UCX silently drops cuda_ipc
-  and moves KV over TCP, ~850x slower, with correct results. ``ipc: host`` for CUDA IPC and
-  LMCache shared memory, ``SYS_PTRACE`` for cross-process memory access, ``IPC_LOCK`` and
-  unlimited memlock for RDMA memory registration.
+  and moves KV over TCP, ~850x slower, with correct results. The same happens when a
+  container sees only its own GPU, so a same-host engine reserves its peers' GPUs too and
+  picks its own with CUDA_VISIBLE_DEVICES (the plan's ``visible_gpus``/``cuda_devices``).
+  ``ipc: host`` for CUDA IPC and LMCache shared memory, ``SYS_PTRACE`` for cross-process
+  memory access, ``IPC_LOCK`` and unlimited memlock for RDMA memory registration; RDMA
+  devices only where the plan moves KV between hosts (their absence fails container creation).
 - CPU engines are pinned to one core each (the NIXL progress thread spins a whole core; two
   unpinned engines on two cores stall for the 30 s KV lease) and see an empty
   ``/sys/devices/system/node``: vLLM's NIXL worker otherwise reads the host NUMA layout,
@@ -25,11 +28,10 @@ from generator.render.commands import (
     lmcache_server_command,
     router_command,
 )
-from generator.spec import GroupSpec, Profile, RouterKind, Topology
+from generator.spec import GpuAccess, GroupSpec, Profile, RouterKind, Topology
 
 __all__ = [
     "HF_HOME",
-    "base_image_service",
     "bench_service",
     "engine_service",
     "lmcache_service",
@@ -47,8 +49,10 @@ def engine_service(
 ) -> Service:
     service: Service = {**image, "hostname": engine.name, "command": engine_command(plan, engine)}
     service["environment"] = _engine_env(plan, engine)
-    service |= _network(plan, [engine.http_port])
-    service |= _compute(plan, devices=engine.gpus, cpus=engine.cpus, rdma=True)
+    telemetry = [engine.nixl_telemetry_port] if engine.nixl_telemetry_port else []
+    service |= _network(plan, [engine.http_port, *telemetry])
+    service |= _compute(plan, devices=engine.visible_gpus, cpus=engine.cpus, rdma=plan.rdma)
+    service["environment"] |= _gpu_env(plan, engine.visible_gpus)
     service["volumes"] = _engine_volumes(plan)
     if config is not None:
         service["configs"] = [{"source": config, "target": LMCACHE_CONFIG_PATH, "mode": 0o444}]
@@ -56,9 +60,10 @@ def engine_service(
         service["secrets"] = ["hf_token"]
     if env_files:
         service["env_file"] = env_files
-    # A decoder's LMCache P/D receiver ports too: a pd_peer_host it cannot bind leaves them
-    # closed without any error while /health says 200 (measured).
-    listening = engine.pd_init_ports + engine.pd_alloc_ports
+    # A decoder's LMCache P/D receiver ports too, where LMCache binds them (pd_peer_host):
+    # one it cannot bind leaves them closed without any error while /health says 200.
+    listening = [(engine.pd_probe_host, port) for port in engine.pd_init_ports]
+    listening += [(engine.pd_probe_host, port) for port in engine.pd_alloc_ports]
     start = _START_PERIOD[plan.profile]
     service["healthcheck"] = _healthcheck(engine.http_port, "/health", start, listening)
     if engine.lmcache_server is not None:
@@ -72,9 +77,11 @@ def lmcache_service(plan: Plan, engine: EnginePlan, image: Service) -> Service:
     service: Service = {**image, "hostname": server.service}
     service["command"] = lmcache_server_command(plan, engine)
     service["environment"] = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
-    # The server copies KV to and from its engine's GPUs (CUDA IPC), so it sees the same ones.
+    # The server copies KV to and from its engine's GPUs (CUDA IPC; LMCache finds the device by
+    # UUID, so the engine's other visible GPUs do not matter): it sees exactly those.
     service |= _network(plan, [server.http_port])
     service |= _compute(plan, devices=engine.gpus, cpus=(), rdma=False)
+    service["environment"] |= _gpu_env(plan, engine.gpus)
     service["healthcheck"] = _healthcheck(server.http_port, "/healthcheck", "120s")
     return service | _common(plan, "lmcache", server.service, engine.host)
 
@@ -97,12 +104,6 @@ def router_service(plan: Plan, image: Service, config: str | None) -> Service:
         service["depends_on"] = {name: {"condition": "service_healthy"} for name in local}
     service["healthcheck"] = _healthcheck(router.port, "/health", "120s")
     return service | _common(plan, "router", router.service, router.host)
-
-
-def base_image_service(image: Service) -> Service:
-    """Not a running service: gives the shared base image a place in compose, so that
-    `docker compose build engine-base` builds it (before the role images that use it)."""
-    return {**image, "profiles": ["build"]}
 
 
 def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
@@ -144,8 +145,15 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["UCX_TLS"] = spec.networking.ucx_tls
     if spec.networking.ucx_net_devices:
         env["UCX_NET_DEVICES"] = spec.networking.ucx_net_devices
+    # UCX prints the protocol and transport it selects (cuda_ipc, rc, tcp...) to the log once
+    # per new endpoint configuration: how the smoke verdict names the KV transport.
+    env["UCX_PROTO_INFO"] = "y"
+    if engine.nixl_telemetry_port is not None:
+        env |= _nixl_telemetry_env(plan, engine.nixl_telemetry_port)
     if plan.profile is Profile.GPU:
         env["NCCL_CUMEM_ENABLE"] = "1"
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # index i = the i-th visible GPU by bus id
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, engine.cuda_devices))
     else:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
     if plan.topology is Topology.NIXL_MP:
@@ -158,6 +166,17 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     group: GroupSpec = getattr(spec, engine.role.value)
     return env | group.env
+
+
+def _nixl_telemetry_env(plan: Plan, port: int) -> dict[str, str]:
+    env = {
+        "NIXL_TELEMETRY_ENABLE": "y",
+        "NIXL_TELEMETRY_EXPORTER": "prometheus",
+        "NIXL_TELEMETRY_PROMETHEUS_PORT": str(port),
+    }
+    if plan.network == "host":  # loopback only; on a bridge the published port is loopback
+        env["NIXL_TELEMETRY_PROMETHEUS_LOCAL"] = "y"
+    return env
 
 
 def _network(plan: Plan, published: list[int], public: tuple[int, ...] = ()) -> Service:
@@ -182,17 +201,34 @@ def _compute(plan: Plan, *, devices: tuple[int, ...], cpus: tuple[int, ...], rdm
         return service
     service = {"ipc": "host", "pid": "host", "cap_add": ["IPC_LOCK", "SYS_PTRACE"]}
     service["ulimits"] = {"memlock": {"soft": -1, "hard": -1}}
-    if rdma and plan.rdma:
-        service["devices"] = ["/dev/infiniband:/dev/infiniband"]
-    if devices:
-        service["runtime"] = "nvidia"
+    nodes = ["/dev/infiniband:/dev/infiniband"] if rdma else []
+    access = plan.spec.gpu.access
+    if devices and access is GpuAccess.CDI:
+        nodes += [f"nvidia.com/gpu={device}" for device in devices]
+    elif devices and access is GpuAccess.NVIDIA_RUNTIME:
+        service["runtime"] = "nvidia"  # the GPUs come from NVIDIA_VISIBLE_DEVICES (_gpu_env)
+    elif devices:
         reservation = {
             "driver": "nvidia",
             "device_ids": [str(device) for device in devices],
             "capabilities": ["gpu"],
         }
         service["deploy"] = {"resources": {"reservations": {"devices": [reservation]}}}
+    if nodes:
+        service["devices"] = nodes
     return service
+
+
+def _gpu_env(plan: Plan, visible: tuple[int, ...]) -> dict[str, str]:
+    """Which of the container's GPUs a process uses. CUDA numbers a container's GPUs from 0;
+    in PCI bus order (as nvidia-smi numbers the host's) they follow the host ids' order."""
+    if not visible:
+        return {}
+    env: dict[str, str] = {}
+    if plan.spec.gpu.access is GpuAccess.NVIDIA_RUNTIME:
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, visible))
+        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+    return env
 
 
 def _engine_volumes(plan: Plan) -> list[Any]:
@@ -207,12 +243,12 @@ def _engine_volumes(plan: Plan) -> list[Any]:
 
 
 def _healthcheck(
-    port: int, path: str, start_period: str, listening: tuple[int, ...] = ()
+    port: int, path: str, start_period: str, listening: list[tuple[str, int]] | None = None
 ) -> Service:
     probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"
     if listening:
-        ports = ", ".join(str(p) for p in listening)
-        connect = f"[socket.create_connection(('127.0.0.1', p), 2).close() for p in ({ports},)]"
+        targets = ", ".join(repr(target) for target in listening)
+        connect = f"[socket.create_connection(t, 2).close() for t in ({targets},)]"
         probe = f"import socket; {probe}; {connect}"
     return {
         "test": ["CMD", "python3", "-c", probe],

@@ -2,6 +2,8 @@
 
 from generator.spec.load import apply_overrides, load_spec, parse_spec
 from generator.spec.models import (
+    GpuAccess,
+    GpuSpec,
     GroupPlacement,
     GroupSpec,
     HFSpec,
@@ -24,6 +26,8 @@ from generator.spec.models import (
 )
 
 __all__ = [
+    "GpuAccess",
+    "GpuSpec",
     "GroupPlacement",
     "GroupSpec",
     "HFSpec",

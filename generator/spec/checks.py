@@ -25,7 +25,7 @@ VLLM_ROUTER_POLICIES = (
     "consistent_hash",
     "sticky_least_loaded",
 )
-_PD_ONLY_PORTS = ("decode_pd_init", "decode_pd_alloc", "proxy_notify")
+_PD_ONLY_PORTS = ("decode_pd_init", "decode_pd_alloc", "proxy_notify", "nixl_telemetry")
 _MP_ONLY_PORTS = ("lmcache_zmq", "lmcache_http", "lmcache_metrics")
 
 Check = Callable[[Spec], Iterator[SpecIssue]]
@@ -112,6 +112,12 @@ def _tensor_parallel(spec: Spec) -> Iterator[SpecIssue]:
 def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
     if spec.profile is not Profile.CPU:
         return
+    if "gpu" in spec.model_fields_set:
+        yield SpecIssue(
+            "gpu.access",
+            "the cpu profile has no GPUs to hand to containers",
+            "remove the gpu section, or set profile: gpu",
+        )
     if spec.networking.rdma:
         yield SpecIssue(
             "networking.rdma",

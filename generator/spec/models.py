@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
+    "GpuAccess",
+    "GpuSpec",
     "GroupPlacement",
     "GroupSpec",
     "HFSpec",
@@ -61,6 +63,14 @@ class Topology(StrEnum):
 class Profile(StrEnum):
     GPU = "gpu"  # NVIDIA GPUs, optionally RDMA
     CPU = "cpu"  # vLLM's CPU build, one pinned core per engine: CI and first runs
+
+
+class GpuAccess(StrEnum):
+    """How a container gets its GPUs (what the host's Docker supports: `doctor` tells)."""
+
+    DEVICE_REQUESTS = "device-requests"  # compose device reservations, NVIDIA container toolkit
+    NVIDIA_RUNTIME = "nvidia-runtime"  # `runtime: nvidia` + NVIDIA_VISIBLE_DEVICES (legacy hosts)
+    CDI = "cdi"  # CDI device names (nvidia.com/gpu=N): hosts with CDI specs and no runtime hook
 
 
 class RouterKind(StrEnum):
@@ -143,8 +153,14 @@ class RouterSpec(StrictModel):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class GpuSpec(StrictModel):
+    access: GpuAccess = GpuAccess.DEVICE_REQUESTS
+
+
 class NetworkingSpec(StrictModel):
-    rdma: bool | None = None
+    rdma: bool | None = Field(
+        None, description="map RDMA devices; default: only where KV crosses hosts"
+    )
     ucx_tls: str | None = None
     ucx_net_devices: str | None = "all"
 
@@ -187,17 +203,19 @@ class HFSpec(StrictModel):
 
 
 class PortBases(StrictModel):
-    """Where each kind of port starts counting (per host). Seed A's numbering by default."""
+    """Where each kind of port starts counting (per host). Seed A's numbering by default;
+    automatic blocks skip the ports of common cluster agents (generator/plan/agent_ports.py)."""
 
     prefill_http: Port = 7100
     decode_http: Port = 7200
     decode_pd_init: Port = 7300
     decode_pd_alloc: Port = 7400
     proxy_notify: Port = 7500
+    nixl_telemetry: Port = 7600  # lmcache-pd prefillers: NIXL's Prometheus exporter (KV GiB/s)
     nixl_side_channel: Port = 5600
     lmcache_zmq: Port = 6555
     lmcache_http: Port = 8090
-    lmcache_metrics: Port = 9090
+    lmcache_metrics: Port = 8190  # not 9090: Prometheus's own port on many GPU hosts
     router_metrics: Port = 29000
 
 
@@ -214,6 +232,7 @@ class Spec(StrictModel):
     lmcache: LMCacheSpec = Field(default_factory=LMCacheSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)
     networking: NetworkingSpec = Field(default_factory=NetworkingSpec)
+    gpu: GpuSpec = Field(default_factory=GpuSpec)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     hf: HFSpec = Field(default_factory=HFSpec)
     ports: PortBases = Field(default_factory=PortBases)

@@ -24,34 +24,23 @@ _KEYS = (
 )
 
 
-def bench_command(
-    context: RunContext, *, num_prompts: int = 32, input_len: int = 512, output_len: int = 32
-) -> list[str]:
+def bench_command(context: RunContext) -> list[str]:
     plan = context.plan
+    settings = context.options.bench_settings
     router_host = "127.0.0.1" if plan.network == "host" else plan.router.service
     model = plan.spec.model
+    load = ["--request-rate", f"{settings.request_rate:g}"] if settings.request_rate else []
+    if settings.max_concurrency is not None:
+        load += ["--max-concurrency", str(settings.max_concurrency)]
     return [
         *["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve"],
         *["--backend", "openai", "--endpoint", "/v1/completions"],
         *["--base-url", f"http://{router_host}:{plan.router.port}"],
         *["--model", model.served_name or model.id, "--tokenizer", model.id],
-        *[
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(input_len),
-            "--random-output-len",
-            str(output_len),
-        ],
-        *[
-            "--num-prompts",
-            str(num_prompts),
-            "--max-concurrency",
-            "4",
-            "--seed",
-            "0",
-            "--ignore-eos",
-        ],
+        *["--dataset-name", "random", "--random-input-len", str(settings.input_len)],
+        *["--random-output-len", str(settings.output_len)],
+        *["--num-prompts", str(settings.num_prompts), *load],
+        *["--burstiness", f"{settings.burstiness:g}", "--seed", "0", "--ignore-eos"],
         *["--save-result", "--result-dir", "/results", "--result-filename", "bench.json"],
     ]
 

@@ -15,7 +15,20 @@ from generator.probes import SmokeResult
 from generator.render import ComposeProject, RenderedStack
 from generator.workflow.records import RunRecord
 
-__all__ = ["RunContext", "RunOptions"]
+__all__ = ["BenchSettings", "RunContext", "RunOptions"]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """vLLM's `bench serve` with its random dataset. The defaults suit the cpu stacks; seed A's
+    GPU run is 7500 in / 200 out, 30 prompts, 1 req/s, burstiness 100."""
+
+    input_len: int = 512
+    output_len: int = 32
+    num_prompts: int = 32
+    request_rate: float | None = None  # None: as fast as max_concurrency allows
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -25,6 +38,7 @@ class RunOptions:
     teardown_on_failure: bool = False  # remove it when something failed (else kept to inspect)
     wait_scale: float = 1.0  # multiplies every health deadline (slow machines, big models)
     rebuild: bool = False  # build images even when their content-addressed tag exists
+    bench_settings: BenchSettings = field(default_factory=BenchSettings)
 
 
 @dataclass

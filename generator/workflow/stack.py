@@ -1,8 +1,8 @@
 """The task graph that brings a stack up, and the functions of its tasks.
 
-render -> preflight -> build-base -> build-roles -> start-lmcache -> wait-lmcache
-  -> start-engines -> wait-<engine> (in parallel) -> start-router -> wait-router
-  -> smoke -> [bench] -> [down]
+render -> preflight -> wheels -> build-engines || build-router -> start-lmcache
+  -> wait-lmcache -> start-engines -> wait-<engine> (in parallel) -> start-router
+  -> wait-router -> smoke -> [bench] -> [down]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from generator.docker import ServiceState
+from generator.doctor.report import Verdict
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
 from generator.probes import run_smoke, wait_until_ready
@@ -20,7 +21,6 @@ from generator.render.writer import write_rendered
 from generator.spec import Profile, Topology
 from generator.workflow.context import RunContext
 from generator.workflow.graph import Graph
-from generator.workflow.preflight import busy_ports, describe_busy, published_ports
 from generator.workflow.task import SkipTask, Task
 
 __all__ = ["build_graph", "default_selection"]
@@ -35,15 +35,13 @@ _ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
 def build_graph(plan: Plan) -> Graph:
     t = _tasks()
     waits = [_engine_wait(engine) for engine in plan.engines]
-    t["render"] >> t["preflight"] >> t["wheels"] >> [t["build-base"], t["build-router"]]
-    t["build-base"] >> t["build-roles"]
-    chain = [t["render"], t["preflight"], t["wheels"], t["build-base"], t["build-router"]]
-    chain.append(t["build-roles"])
+    t["render"] >> t["preflight"] >> t["wheels"] >> [t["build-engines"], t["build-router"]]
+    chain = [t["render"], t["preflight"], t["wheels"], t["build-engines"], t["build-router"]]
     if plan.topology is Topology.NIXL_MP:
-        t["build-roles"] >> t["start-lmcache"] >> t["wait-lmcache"] >> t["start-engines"]
+        t["build-engines"] >> t["start-lmcache"] >> t["wait-lmcache"] >> t["start-engines"]
         chain += [t["start-lmcache"], t["wait-lmcache"]]
     else:
-        t["build-roles"] >> t["start-engines"]
+        t["build-engines"] >> t["start-engines"]
     t["start-engines"] >> waits
     [*waits, t["build-router"]] >> t["start-router"]
     t["start-router"] >> t["wait-router"] >> t["smoke"] >> t["bench"] >> t["down"]
@@ -54,11 +52,10 @@ def build_graph(plan: Plan) -> Graph:
 def _tasks() -> dict[str, Task]:
     tasks = [
         Task("render", render_files, "write compose/ and images/ for this stack"),
-        Task("preflight", check_host, "Docker answers; the stack's host ports are free"),
+        Task("preflight", check_host, "doctor's cheap checks: Docker, GPUs, ports, shm, disk"),
         Task("wheels", fetch_wheels, "download the wheels the images install (wheelhouse stacks)"),
-        Task("build-base", build_base_image, "build the shared engine base image"),
+        Task("build-engines", build_engine_images, "build the prefill/decode/lmcache images"),
         Task("build-router", build_router_image, "build the router image"),
-        Task("build-roles", build_role_images, "build the prefill/decode/lmcache images"),
         Task("start-lmcache", start_lmcache_fn, "start one `lmcache server` per engine"),
         Task("wait-lmcache", wait_lmcache_fn, "LMCache /healthcheck of every server"),
         Task("start-engines", start_engines_fn, "start every prefill and decode engine"),
@@ -98,19 +95,35 @@ def render_files(context: RunContext) -> str:
 
 
 def check_host(context: RunContext) -> str:
+    """doctor's cheap checks of this host; the first blocking ones fail the run."""
     from generator.docker import ensure_image
+    from generator.doctor import check_host as doctor_checks
 
     for image in context.rendered.images:
-        if image.from_image is not None:
-            ensure_image(image.from_image)
-    running = {s.service for s in context.stack.ps() if s.status == "running"}
-    ports = published_ports(context.plan, context.project)
-    busy = busy_ports(ports, running)
-    if busy:
-        raise describe_busy(busy)
-    return f"{len(ports)} ports free" + (
-        f", {len(running)} services already running" if running else ""
+        ensure_image(image.from_image)
+    running = frozenset(s.service for s in context.stack.ps() if s.status == "running")
+    _, report = doctor_checks(
+        context.plan,
+        context.rendered,
+        context.workspace,
+        host=context.project.host,
+        running=running,
     )
+    context.record.add_result("preflight", report.as_dict())
+    for row in report.rows:
+        if row.verdict is Verdict.WARN:
+            context.progress(f"[yellow]warning[/yellow] {row.check}: {row.found} ({row.fix})")
+    blocking = [row for row in report.rows if row.blocking]
+    if blocking:
+        lines = "\n".join(
+            f"  {row.check}: {row.found} (expected {row.expected})" for row in blocking
+        )
+        raise StackError(
+            f"{len(blocking)} preflight check(s) failed on this host:\n{lines}",
+            hint=blocking[0].fix + f" (python -m generator doctor {context.plan.stack} shows all)",
+        )
+    counts = f"{len(report.rows)} checks passed"
+    return counts + (f", {len(running)} services already running" if running else "")
 
 
 def fetch_wheels(context: RunContext) -> str:
@@ -153,13 +166,9 @@ def _skip_if_present(context: RunContext, services: list[str]) -> None:
         raise SkipTask(f"present: {', '.join(tags)}")
 
 
-def build_base_image(context: RunContext) -> str:
-    _skip_if_present(context, ["engine-base"])
-    return _build(context, ["engine-base"], "build-engine-base.log")
-
-
-def build_role_images(context: RunContext) -> str:
-    # One service per image is enough: compose builds by service, the tag is shared.
+def build_engine_images(context: RunContext) -> str:
+    # One service per image is enough: compose builds by service, the tag is shared. The
+    # images share their engine base stages, which the build cache makes once.
     wanted = {"prefill", "decode", "lmcache"}
     services, seen = [], set()
     for name, service in context.project.document["services"].items():
@@ -168,7 +177,7 @@ def build_role_images(context: RunContext) -> str:
             services.append(name)
             seen.add(service["image"])
     _skip_if_present(context, services)
-    return _build(context, services, "build-roles.log")
+    return _build(context, services, "build-engines.log")
 
 
 def build_router_image(context: RunContext) -> str:
@@ -260,7 +269,10 @@ def wait_router_fn(context: RunContext) -> str:
 
 
 def smoke_fn(context: RunContext) -> str:
-    result = run_smoke(context.plan, nonce=context.record.run_id)
+    def logs(services: list[str]) -> str:
+        return "\n".join(context.stack.logs(service) for service in services)
+
+    result = run_smoke(context.plan, nonce=context.record.run_id, logs=logs)
     context.record.add_result("smoke", result.as_dict())
     context.verdict = result
     if not result.passed:

@@ -130,3 +130,39 @@ def test_planning_is_deterministic_and_honours_fixed_ports(data: dict[str, Any])
     fixed = data.get("router", {}).get("port")
     if fixed is not None:
         assert first.router.port == fixed
+
+
+@PROPERTIES
+@given(gpu_specs())
+def test_containers_see_peer_gpus_but_select_disjoint_own_ones(data: dict[str, Any]) -> None:
+    """cuda_ipc needs a same-host peer's GPU visible in the container; CUDA_VISIBLE_DEVICES
+    (positions among the GPUs the container sees, not host ids) still gives every engine its
+    own GPUs, never another's."""
+    plan = plan_or_skip(data)
+    selected: dict[str, set[int]] = defaultdict(set)
+    for engine in plan.engines:
+        visible = engine.visible_gpus
+        assert list(visible) == sorted(set(visible))
+        assert all(0 <= index < len(visible) for index in engine.cuda_devices)
+        own = {visible[index] for index in engine.cuda_devices}
+        assert own == set(engine.gpus)
+        assert not selected[engine.host] & own
+        selected[engine.host] |= own
+        peers = [other for other in plan.engines_on(engine.host) if other.role is not engine.role]
+        for peer in peers:  # every same-host KV peer's GPUs are visible
+            assert set(peer.gpus) <= set(visible)
+        if not peers:  # no same-host KV traffic: nothing beyond its own
+            assert set(visible) == set(engine.gpus)
+
+
+@PROPERTIES
+@given(gpu_specs())
+def test_rdma_follows_kv_between_hosts_and_automatic_ports_avoid_agents(
+    data: dict[str, Any],
+) -> None:
+    from generator.plan.agent_ports import AGENT_PORTS
+
+    plan = plan_or_skip(data)
+    assert plan.rdma == plan.kv_crosses_hosts
+    fixed = data.get("router", {}).get("port")
+    assert not [u for u in plan.ports if u.port in AGENT_PORTS and u.port != fixed]

@@ -36,17 +36,18 @@ def running(document: dict[str, Any]) -> dict[str, Any]:
     return {name: s for name, s in document["services"].items() if "profiles" not in s}
 
 
-def test_build_and_bench_services_never_start_with_up(workspace: Workspace) -> None:
+def test_bench_never_starts_with_up_and_engine_images_carry_their_base(
+    workspace: Workspace,
+) -> None:
     services = compose(workspace, "cpu-1p1d")["services"]
-    assert services["engine-base"]["profiles"] == ["build"]
-    assert (
-        services["engine-base"]["build"]["dockerfile"] == "images/cpu-1p1d/engine-base.Dockerfile"
-    )
+    assert "engine-base" not in services
     assert services["bench"]["profiles"] == ["bench"]
     assert services["bench"]["image"] == services["decode-0"]["image"]
-    base_tag = services["engine-base"]["image"]
+    assert services["prefill-0"]["build"]["dockerfile"] == "images/cpu-1p1d/prefill.Dockerfile"
     role = (workspace.root / "images/cpu-1p1d/prefill.Dockerfile").read_text()
-    assert f"ARG BASE_IMAGE={base_tag}" in role
+    assert "FROM ${BASE_IMAGE} AS engine-base" in role
+    assert role.rstrip().splitlines()[-1].startswith("CMD ")
+    assert "FROM engine-base AS prefill" in role
 
 
 def test_the_shipped_stacks_are_the_ones_under_stacks(workspace: Workspace) -> None:
@@ -84,13 +85,19 @@ def test_gpu_services_reserve_device_ids_and_share_namespaces(workspace: Workspa
     for index, name in enumerate(["prefill-0", "prefill-1", "decode-0", "decode-1"]):
         service = services[name]
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
-        assert device == {"driver": "nvidia", "device_ids": [str(index)], "capabilities": ["gpu"]}
+        # Every same-host engine sees its peers' GPUs (cuda_ipc) and selects its own.
+        assert device == {
+            "driver": "nvidia",
+            "device_ids": ["0", "1", "2", "3"],
+            "capabilities": ["gpu"],
+        }
+        assert service["environment"]["CUDA_VISIBLE_DEVICES"] == str(index)
         assert "count" not in device
         assert (service["pid"], service["ipc"], service["network_mode"]) == ("host", "host", "host")
-        assert service["runtime"] == "nvidia"
+        assert "runtime" not in service  # device requests alone: CDI-only hosts too
         assert service["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
         assert {"IPC_LOCK", "SYS_PTRACE"} <= set(service["cap_add"])
-        assert service["devices"] == ["/dev/infiniband:/dev/infiniband"]
+        assert "devices" not in service  # one host: no RDMA devices to require
         assert service["environment"]["PYTHONHASHSEED"] == "0"
         assert service["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
     assert compose(workspace, "xpyd")["secrets"] == {"hf_token": {"environment": "HF_TOKEN"}}

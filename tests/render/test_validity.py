@@ -33,6 +33,8 @@ VARIANTS = {
         "hf.token={env_file: secrets/hf.env}",
         "images.pip.index_url=https://pypi.example/simple",
     ],
+    "gpu-nvidia-runtime": ["gpu.access=nvidia-runtime", "networking.rdma=true"],
+    "gpu-cdi": ["gpu.access=cdi"],
     "proxy-nixl": [
         "router.kind=proxy",
         "router.policy=least_outstanding",
@@ -45,6 +47,8 @@ BASE = {
     "host-path-model": "xpyd-mp",
     "token-env-file": "xpyd",
     "proxy-nixl": "xpyd-mp",
+    "gpu-nvidia-runtime": "xpyd",
+    "gpu-cdi": "xpyd-mp",
 }
 
 
@@ -90,13 +94,15 @@ def test_compose_config_round_trip_keeps_gpu_reservations(rendered_tree: Path) -
     )
     parsed = yaml.safe_load(result.stdout)
     devices = parsed["services"]["decode-1"]["deploy"]["resources"]["reservations"]["devices"]
-    assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["3"]}]
+    assert devices == [
+        {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0", "1", "2", "3"]}
+    ]
 
 
 def test_every_dockerfile_passes_hadolint(rendered_tree: Path, workspace: Workspace) -> None:
     binary = hadolint()
     dockerfiles = sorted(rendered_tree.glob("images/*/*.Dockerfile"))
-    assert len(dockerfiles) >= 4 * len(VARIANTS)
+    assert len(dockerfiles) >= 3 * len(VARIANTS)  # prefill, decode, router (+ lmcache)
     config = workspace.root / ".hadolint.yaml"
     for path in dockerfiles:
         result = subprocess.run(

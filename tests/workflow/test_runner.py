@@ -145,8 +145,8 @@ def test_stack_graph_shape(workspace: Workspace, tmp_path: Path) -> None:
     graph = build_graph(ctx.plan)
     levels = graph.levels()
     assert levels[0] == ["render"]
-    assert {"build-base", "build-router"} <= set(
-        next(level for level in levels if "build-base" in level)
+    assert {"build-engines", "build-router"} <= set(
+        next(level for level in levels if "build-engines" in level)
     )
     assert set(next(level for level in levels if "wait-prefill-0" in level)) == {
         "wait-prefill-0",

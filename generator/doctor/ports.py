@@ -1,29 +1,32 @@
-"""Checks before anything starts: one host, Docker answers, the host ports are free."""
+"""The host ports a stack takes, and who already holds one (a process, and whether it is a
+common cluster agent's default port). Used by doctor and by `up`'s preflight."""
 
 from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
 
-from generator.errors import StackError
+import psutil
+
 from generator.plan import Plan
+from generator.plan.agent_ports import agent_on
 from generator.render import ComposeProject
 
-__all__ = ["HostPort", "busy_ports", "published_ports"]
+__all__ = ["HostPort", "busy_ports", "holder_of", "published_ports"]
 
 
 @dataclass(frozen=True)
 class HostPort:
-    address: str  # what to bind to test it: 127.0.0.1 or 0.0.0.0
+    address: str  # what to bind to test it: 127.0.0.1, 0.0.0.0 or a host address
     port: int
-    owner: str
+    owner: str  # the stack's service that needs it
     purpose: str
 
 
 def published_ports(plan: Plan, project: ComposeProject) -> list[HostPort]:
     """Ports the stack takes on this host: every planned port with host networking, the
     published ones on a bridge."""
-    uses = {(use.port): use for use in plan.ports if use.host == project.host}
+    uses = {use.port: use for use in plan.ports if use.host == project.host}
     if plan.network == "host":
         return [HostPort("0.0.0.0", use.port, use.owner, use.purpose) for use in uses.values()]
     found = []
@@ -54,11 +57,26 @@ def _can_bind(address: str, port: int) -> bool:
     return True
 
 
-def describe_busy(busy: list[HostPort]) -> StackError:
-    lines = "\n".join(f"  {p.address}:{p.port} ({p.owner}: {p.purpose})" for p in busy)
-    first = busy[0].port
-    return StackError(
-        f"{len(busy)} port(s) this stack needs are already in use on this host:\n{lines}",
-        hint=f"stop what holds them (ss -ltnp 'sport = :{first}'), or move the stack's ports "
-        "(--set router.port=..., ports.* bases in the spec)",
-    )
+def holder_of(port: int) -> str:
+    """Who listens on ``port``: "pid 123 (node_exporter)", plus the agent that usually does."""
+    names = []
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, OSError):
+        connections = []
+    for connection in connections:
+        local = connection.laddr
+        if connection.status == psutil.CONN_LISTEN and local and local.port == port:
+            names.append(_process_name(connection.pid))
+    agent = agent_on(port)
+    held = ", ".join(sorted(set(names))) or "a process this user cannot see"
+    return held + (f"; {port} is the default port of {agent}" if agent else "")
+
+
+def _process_name(pid: int | None) -> str:
+    if pid is None:
+        return "a process in another namespace (a container?)"
+    try:
+        return f"pid {pid} ({psutil.Process(pid).name()})"
+    except psutil.Error:
+        return f"pid {pid}"

@@ -1,0 +1,101 @@
+"""doctor: is this host ready for this stack, and does KV move at the speed it should?
+
+``check_host`` runs the cheap checks (Docker, GPU access, GPUs and links, RDMA, memlock,
+/dev/shm, addresses, ports, disk, HF token); ``up`` runs them as its preflight. The KV path
+check (``generator.doctor.kvpath``) moves real data with NIXL between each same-host P/D pair.
+"""
+
+from __future__ import annotations
+
+from generator.docker import engine_facts
+from generator.doctor.checks import run_checks
+from generator.doctor.context import HostView, pick_host
+from generator.doctor.gpus import query_gpus, topology
+from generator.doctor.kvpath import KvLayout, judge, measure_pairs
+from generator.doctor.report import CheckRow, DoctorReport, Verdict
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.render import ComposeProject, RenderedStack
+
+__all__ = [
+    "CheckRow",
+    "DoctorReport",
+    "Verdict",
+    "check_host",
+    "host_view",
+    "pick_host",
+    "run_doctor",
+]
+
+
+def host_view(
+    plan: Plan, project: ComposeProject, workspace: Workspace, running: frozenset[str]
+) -> HostView:
+    gpu = plan.profile.value == "gpu"
+    return HostView(
+        plan=plan,
+        host=plan.host(project.host),
+        project=project,
+        workspace=workspace,
+        facts=engine_facts(),
+        gpus=query_gpus() if gpu else None,
+        links=topology() if gpu else None,
+        running=running,
+    )
+
+
+def check_host(
+    plan: Plan,
+    rendered: RenderedStack,
+    workspace: Workspace,
+    *,
+    host: str | None = None,
+    running: frozenset[str] = frozenset(),
+) -> tuple[HostView, DoctorReport]:
+    project = pick_host(plan, rendered, host)
+    view = host_view(plan, project, workspace, running)
+    report = DoctorReport(plan.stack, project.host)
+    report.add(run_checks(view))
+    return view, report
+
+
+def run_doctor(
+    stack: str,
+    overrides: list[str],
+    *,
+    host: str | None,
+    kv_path: bool,
+    process: bool,
+    python: str,
+    layout: KvLayout,
+    size_mib: int | None,
+) -> DoctorReport:
+    """The `doctor` command: cheap checks, then (``kv_path``) a NIXL transfer per pair."""
+    from generator.paths import find_workspace
+    from generator.workbench import load_plan, render_in_memory
+
+    workspace = find_workspace()
+    plan = load_plan(stack, overrides, workspace)
+    rendered = render_in_memory(plan, workspace)
+    project = pick_host(plan, rendered, host)
+    view, report = check_host(
+        plan, rendered, workspace, host=project.host, running=_running(workspace, project)
+    )
+    if kv_path:
+        probes = measure_pairs(
+            view, rendered, process=process, python=python, layout=layout, size_mib=size_mib
+        )
+        report.add([judge(view, probe) for probe in probes])
+        report.kv_paths = [probe.result | {"pair": probe.name} for probe in probes]
+    return report
+
+
+def _running(workspace: Workspace, project: ComposeProject) -> frozenset[str]:
+    """This stack's services already running here (their ports are theirs, not a clash)."""
+    from generator.docker import ComposeStack, docker_available
+
+    compose_file = workspace.root / project.compose_file
+    if not compose_file.is_file() or not docker_available():
+        return frozenset()
+    states = ComposeStack(compose_file, project.name).ps()
+    return frozenset(state.service for state in states if state.status == "running")

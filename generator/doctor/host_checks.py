@@ -1,0 +1,215 @@
+"""Doctor's checks of the host itself: /dev/shm, host addresses, ports, disk, HF token."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import psutil
+
+from generator.doctor.context import HostView, local_addresses
+from generator.doctor.ports import busy_ports, holder_of, published_ports
+from generator.doctor.report import CheckRow, Verdict
+from generator.plan.agent_ports import agent_on
+
+__all__ = ["address_checks", "disk_checks", "port_checks", "shm_checks", "token_checks"]
+
+_GIB = 1 << 30
+_SHM_PER_ENGINE_GIB = 1  # vLLM's shared-memory broadcast, NCCL, LMCache's shared buffers
+_RAM_PER_CPU_ENGINE_GIB = 2  # measured ~1.6 GiB RSS per tiny-model engine
+_IMAGE_GIB = {"gpu": 30, "cpu": 10}  # vllm/vllm-openai + our layers; the cpu engine image
+_PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]\b")
+
+
+def shm_checks(view: HostView) -> list[CheckRow]:
+    engines = len(view.engines)
+    if not engines:
+        return []
+    if view.gpu_profile:  # ipc: host: every engine uses the host's /dev/shm
+        usage = shutil.disk_usage("/dev/shm")
+        needed = engines * _SHM_PER_ENGINE_GIB
+        ok = usage.free >= needed * _GIB
+        return [
+            CheckRow(
+                "/dev/shm (ipc: host)",
+                f">= {needed} GiB free ({_SHM_PER_ENGINE_GIB} GiB per engine)",
+                f"{usage.free / _GIB:.1f} GiB free of {usage.total / _GIB:.1f}",
+                Verdict.PASS if ok else Verdict.FAIL,
+                "" if ok else "grow /dev/shm (mount -o remount,size=...G /dev/shm)",
+            )
+        ]
+    sizes = [
+        service.get("shm_size")
+        for name, service in view.project.document["services"].items()
+        if name in {engine.name for engine in view.engines}
+    ]
+    available = psutil.virtual_memory().available
+    needed = engines * _RAM_PER_CPU_ENGINE_GIB
+    ok = all(size == "1g" for size in sizes) and available >= needed * _GIB
+    return [
+        CheckRow(
+            "/dev/shm and memory (cpu engines)",
+            f"shm_size 1g per engine (Docker's 64 MiB breaks vLLM); >= {needed} GiB RAM free",
+            f"shm_size {', '.join(str(s) for s in sizes)}; {available / _GIB:.1f} GiB free",
+            Verdict.PASS if ok else Verdict.FAIL,
+            "" if ok else "free memory, or lower prefill/decode count",
+        )
+    ]
+
+
+def address_checks(view: HostView) -> list[CheckRow]:
+    """Host networking binds the host's address (NIXL side channel, LMCache P/D ports): an
+    address that is not on this machine leaves a decoder that never becomes healthy."""
+    if view.plan.network != "host" or not view.engines:
+        return []
+    address = view.host.address
+    ok = address in local_addresses()
+    return [
+        CheckRow(
+            f"address of host {view.host.name}",
+            f"{address} is an address of this machine",
+            "yes" if ok else f"no (this machine has {', '.join(sorted(local_addresses()))})",
+            Verdict.PASS if ok else Verdict.FAIL,
+            ""
+            if ok
+            else f"set hosts[{view.host.name}].address to this machine's address, "
+            "or run doctor on that host (--host)",
+        )
+    ]
+
+
+def port_checks(view: HostView) -> list[CheckRow]:
+    ports = published_ports(view.plan, view.project)
+    busy = busy_ports(ports, set(view.running))
+    rows = [
+        CheckRow(
+            f"port {p.port} ({p.owner}: {p.purpose})",
+            "free",
+            f"in use by {holder_of(p.port)}",
+            Verdict.FAIL,
+            "stop what holds it, or move the stack's ports (router.port, ports.* in the spec)",
+        )
+        for p in busy
+    ]
+    agents = [p for p in ports if p not in busy and agent_on(p.port)]
+    rows += [
+        CheckRow(
+            f"port {p.port} ({p.owner})",
+            "not a cluster agent's default port",
+            f"free now, but {p.port} is {agent_on(p.port)}'s default",
+            Verdict.WARN,
+            "pick another port if that agent may run here",
+            required=False,
+        )
+        for p in agents
+    ]
+    held = "" if not view.running else f" ({len(view.running)} of this stack's services running)"
+    rows.append(
+        CheckRow(
+            "planned ports",
+            f"{len(ports)} free",
+            f"{len(ports) - len(busy)} free{held}",
+            Verdict.FAIL if busy else Verdict.PASS,
+            "see the rows above" if busy else "",
+        )
+    )
+    return rows
+
+
+def disk_checks(view: HostView) -> list[CheckRow]:
+    if not view.engines:
+        return []
+    spec = view.plan.spec
+    profile = view.plan.profile.value
+    model_gib = _model_size_gib(spec.model.id) if spec.model.source == "hub" else 0
+    if spec.model.source == "host-path":
+        assert spec.model.host_path is not None
+        path_ok = Path(spec.model.host_path).is_dir()
+        if not path_ok:
+            return [
+                CheckRow(
+                    "model.host_path",
+                    f"{spec.model.host_path} exists",
+                    "missing",
+                    Verdict.FAIL,
+                    "copy the model there, or fix model.host_path",
+                )
+            ]
+    where = spec.hf.cache_dir or (view.facts.root_dir if view.facts else "/var/lib/docker")
+    probe = _existing_parent(Path(where))
+    free_gib = shutil.disk_usage(probe).free / _GIB
+    needed = _IMAGE_GIB[profile] + model_gib
+    ok = free_gib >= needed
+    return [
+        CheckRow(
+            "disk for images and model cache",
+            f">= {needed:.0f} GiB free at {where} (images ~{_IMAGE_GIB[profile]}"
+            + (f", model ~{model_gib:.0f} estimated from its name" if model_gib else "")
+            + ")",
+            f"{free_gib:.0f} GiB free",
+            Verdict.PASS if ok else Verdict.WARN,
+            "" if ok else "free disk there, or point hf.cache_dir at a larger disk",
+            required=False,
+        )
+    ]
+
+
+def _model_size_gib(model_id: str) -> float:
+    """bf16 weights plus 20%, from the parameter count in the name ("Llama-3.1-8B" -> ~18)."""
+    match = _PARAMS.search(model_id.rsplit("/", 1)[-1])
+    billions = float(match.group(1)) if match else 8.0
+    return billions * 2 * 1.2
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def token_checks(view: HostView) -> list[CheckRow]:
+    """The token's source is present (never its value). A gated hub model needs one."""
+    spec = view.plan.spec
+    needs = spec.model.source == "hub" and not spec.hf.offline and bool(view.engines)
+    token = spec.hf.token
+    if not needs:
+        return [CheckRow("HF token", "-", "model is not downloaded from the hub", Verdict.SKIP)]
+    if token is None:
+        return [
+            CheckRow(
+                "HF token",
+                "a token source for gated models",
+                "hf.token not set",
+                Verdict.WARN,
+                "set hf.token: {env: HF_TOKEN} if the model is gated",
+                required=False,
+            )
+        ]
+    where, present = _token_present(view, token.env, token.file, token.env_file)
+    return [
+        CheckRow(
+            "HF token",
+            f"available from {where}",
+            "present (value not shown)" if present else "missing or empty",
+            Verdict.PASS if present else Verdict.FAIL,
+            "" if present else f"provide it in {where}",
+        )
+    ]
+
+
+def _token_present(
+    view: HostView, env: str | None, file: str | None, env_file: str | None
+) -> tuple[str, bool]:
+    if env:
+        return f"environment variable {env}", bool(os.environ.get(env, "").strip())
+    path = view.workspace.root / (file or env_file or "")
+    if file:
+        return f"file {file}", path.is_file() and bool(path.read_text(encoding="utf-8").strip())
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    found = any(
+        line.strip().startswith("HF_TOKEN=") and line.strip() != "HF_TOKEN="
+        for line in text.splitlines()
+    )
+    return f"HF_TOKEN in {env_file}", found

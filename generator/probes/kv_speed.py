@@ -1,0 +1,158 @@
+"""How fast the KV really moved, per smoke request, and over which transport.
+
+nixl-mp: the decoder pulls KV with NIXL READs and vLLM records each transfer's bytes and time
+(`vllm:nixl_bytes_transferred`, `vllm:nixl_xfer_time_seconds`: NIXL's own telemetry, from
+posting the transfer until vLLM's next poll sees it done). lmcache-pd: LMCache's prefiller
+pushes KV with NIXL WRITEs and reports no network figures of its own (its metrics time local
+copies), so its engines run NIXL's Prometheus exporter (`agent_tx_bytes_total`,
+`agent_xfer_time_total` in microseconds). Either way GiB/s = bytes / transfer time, from the
+counters' change across one request. The transport is what UCX says it selected
+(UCX_PROTO_INFO in the engines' logs): cuda_ipc (NVLink/PCIe peer access), rc/dc (RDMA),
+tcp, or cma/posix/sysv (shared memory, CPU).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from generator.plan import EnginePlan, Plan
+from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
+from generator.probes.nixl_kv_probe import summarize_transports
+from generator.probes.verdict import VerdictRow
+from generator.spec import Profile, Topology
+
+__all__ = [
+    "FALLBACK_FLOOR_GIB_S",
+    "RDMA_EXPECTED_GIB_S",
+    "KvCounters",
+    "kv_side",
+    "kv_speed_row",
+    "read_counters",
+    "transport_in_logs",
+    "wait_for_transfers",
+]
+
+FALLBACK_FLOOR_GIB_S = 10.0  # same-host GPUs: cuda_ipc ~280-359 GiB/s, the TCP fallback ~0.4
+RDMA_EXPECTED_GIB_S = 5.0  # between hosts: a 100 Gb/s RDMA NIC moves ~11 GiB/s, TCP far less
+_GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class KvCounters:
+    bytes: float
+    seconds: float
+    transfers: float
+
+    def __sub__(self, other: KvCounters) -> KvCounters:
+        return KvCounters(
+            self.bytes - other.bytes, self.seconds - other.seconds, self.transfers - other.transfers
+        )
+
+    @property
+    def gib_s(self) -> float | None:
+        return self.bytes / self.seconds / _GIB if self.seconds > 0 else None
+
+    def describe(self) -> str:
+        rate = self.gib_s
+        speed = f"{rate:.2f} GiB/s" if rate is not None else "no timed transfer"
+        return f"{self.bytes / (1 << 20):.1f} MiB in {self.seconds * 1e3:.2f} ms = {speed}"
+
+
+def kv_side(plan: Plan) -> tuple[tuple[EnginePlan, ...], str]:
+    """Whose counters tell, and the UCX operation that carries the KV there."""
+    if plan.topology is Topology.NIXL_MP:
+        return plan.decode, "get"  # the decoder READs from the prefiller
+    return plan.prefill, "put"  # LMCache's sender WRITEs into the decoder's buffer
+
+
+def read_counters(client: httpx.Client, plan: Plan, host: str) -> KvCounters:
+    engines, _ = kv_side(plan)
+    total = KvCounters(0.0, 0.0, 0.0)
+    for engine in engines:
+        url = _counters_url(plan, engine, host)
+        samples = scrape_metrics(client, url)
+        total = KvCounters(
+            total.bytes + _bytes(plan, samples),
+            total.seconds + _seconds(plan, samples),
+            total.transfers + _transfers(plan, samples),
+        )
+    return total
+
+
+def _counters_url(plan: Plan, engine: EnginePlan, host: str) -> str:
+    if plan.topology is Topology.NIXL_MP:
+        return f"http://{host}:{engine.http_port}/metrics"
+    assert engine.nixl_telemetry_port is not None, "lmcache-pd prefillers export NIXL telemetry"
+    return f"http://{host}:{engine.nixl_telemetry_port}/metrics"
+
+
+def _bytes(plan: Plan, samples: MetricSamples) -> float:
+    if plan.topology is Topology.NIXL_MP:
+        return metric_sum(samples, "vllm:nixl_bytes_transferred_sum")
+    return metric_sum(samples, "agent_tx_bytes_total")
+
+
+def _seconds(plan: Plan, samples: MetricSamples) -> float:
+    if plan.topology is Topology.NIXL_MP:
+        return metric_sum(samples, "vllm:nixl_xfer_time_seconds_sum")
+    return metric_sum(samples, "agent_xfer_time_total") / 1e6  # microseconds
+
+
+def _transfers(plan: Plan, samples: MetricSamples) -> float:
+    if plan.topology is Topology.NIXL_MP:
+        return metric_sum(samples, "vllm:nixl_xfer_time_seconds_count")
+    return metric_sum(samples, "agent_tx_requests_num_total")
+
+
+def wait_for_transfers(
+    client: httpx.Client, plan: Plan, host: str, before: KvCounters, *, timeout_s: float = 15.0
+) -> KvCounters:
+    """The counters once this request's transfers are counted: vLLM publishes them with its
+    next stats update, a moment after the response."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = read_counters(client, plan, host)
+        if now.transfers > before.transfers and now.seconds > before.seconds:
+            return now
+        if time.monotonic() > deadline:
+            return now
+        time.sleep(0.25)
+
+
+def transport_in_logs(
+    plan: Plan, logs: Callable[[list[str]], str], per_request: list[tuple[str, KvCounters]]
+) -> str | None:
+    """The UCX transport the KV side's engines selected for KV-sized RMA operations."""
+    engines, operation = kv_side(plan)
+    moved = [counters for _, counters in per_request if counters.transfers > 0]
+    size = int(max((c.bytes / c.transfers for c in moved), default=1 << 20))
+    report = summarize_transports(logs([e.name for e in engines]), size, operation=operation)
+    return None if report.transport == "unknown" else report.transport
+
+
+def kv_speed_row(
+    plan: Plan, per_request: list[tuple[str, KvCounters]], transport: str | None
+) -> VerdictRow:
+    """GiB/s per request and the transport. GPUs on one host: a silent TCP fallback (~0.4
+    GiB/s instead of hundreds) fails; between hosts below RDMA speed warns; CPU: a figure."""
+    _, operation = kv_side(plan)
+    over = f" over {transport}" if transport else " (transport not reported)"
+    observed = "; ".join(f"{name}: {c.describe()}" for name, c in per_request) + over
+    check = f"KV path speed (NIXL {'reads' if operation == 'get' else 'writes'}, per request)"
+    rates = [c.gib_s for _, c in per_request]
+    if plan.profile is Profile.CPU:
+        return VerdictRow(check, observed, "a figure (CPU: not judged)", None, "info")
+    if any(rate is None for rate in rates):
+        return VerdictRow(check, observed, "timed NIXL transfers", False)
+    slowest = min(rate for rate in rates if rate is not None)
+    if plan.kv_crosses_hosts and not plan.same_host_pairs():
+        expected = f">= {RDMA_EXPECTED_GIB_S:g} GiB/s between hosts (RDMA)"
+        slow = slowest < RDMA_EXPECTED_GIB_S or transport == "tcp"
+        return VerdictRow(check, observed, expected, None if slow else True, "WARN" if slow else "")
+    expected = f">= {FALLBACK_FLOOR_GIB_S:g} GiB/s, cuda_ipc (same-host GPUs)"
+    fallback = slowest < FALLBACK_FLOOR_GIB_S or transport == "tcp"
+    return VerdictRow(check, observed, expected, not fallback)
