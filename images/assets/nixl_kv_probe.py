@@ -253,8 +253,9 @@ def connect(address: str, deadline: float) -> Channel:
 
 def accept(address: str, deadline: float) -> Channel:
     host, port = split_address(address)
-    with socket.create_server((host, port), reuse_port=False) as listener:
-        print(f"nixl_kv_probe: waiting for the peer on {host}:{port}", file=sys.stderr, flush=True)
+    with socket.create_server((host, port)) as listener:
+        bound = "{}:{}".format(*listener.getsockname()[:2])
+        print(f"nixl_kv_probe: waiting for the peer on {bound}", file=sys.stderr, flush=True)
         listener.settimeout(remaining_s(deadline, "waiting for the peer to connect"))
         try:
             sock, _ = listener.accept()
