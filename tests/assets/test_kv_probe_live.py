@@ -10,26 +10,19 @@ the numbers in NOTES.md come from full-size runs.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
-import nixl_kv_probe as probe
 import pytest
 
-PROBE = Path(probe.__file__).resolve()
+from tests.assets.kvprobe import PROBE, engine_image, free_port, json_lines, nixl_python
+
 IN_CONTAINER = "/opt/xpyd/nixl_kv_probe.py"
-ENGINE_REPOSITORIES = ("xpyd/engine-base", "xpyd/prefill", "xpyd/decode")
 SIZE = ["--device", "cpu", "--size-mib", "64"]
 RUN_ARGS = [*SIZE, "--iters", "2", "--timeout-s", "40"]
 SERVE_ARGS = [*SIZE, "--timeout-s", "45"]
@@ -42,43 +35,6 @@ class Pair:
     run: dict[str, Any]
     serve: dict[str, Any]
     run_status: int
-
-
-def json_lines(text: str) -> dict[str, dict[str, Any]]:
-    """The probes' reports by role (stdout holds nothing else)."""
-    reports = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-    return {report["role"]: report for report in reports}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def nixl_python() -> str | None:
-    explicit = os.environ.get("XPYD_NIXL_PYTHON")
-    if explicit:
-        return explicit
-    if find_spec("nixl") is not None and find_spec("torch") is not None:
-        return sys.executable
-    return None
-
-
-def engine_image() -> str | None:
-    docker = shutil.which("docker")
-    if docker is None:
-        return None
-    listed = subprocess.run(
-        [docker, "images", "--format", "{{.Repository}}:{{.Tag}}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    names = listed.stdout.split() if listed.returncode == 0 else []
-    return next((name for name in names if name.split(":")[0] in ENGINE_REPOSITORIES), None)
 
 
 class LocalPair:
