@@ -355,22 +355,26 @@ def timed_transfers(
     local = agent.get_xfer_descs(side.buffer[:nbytes])
     remote = agent.get_xfer_descs([(peer["addr"], nbytes, peer["dev_id"])], peer["mem_type"])
     handle = agent.initialize_xfer(op, local, remote, peer["name"])
-    seconds = []
     try:
-        for i in range(iters + 1):
-            start = time.perf_counter()
-            state = agent.transfer(handle)
-            while state == "PROC":
-                if time.monotonic() > deadline:
-                    raise ProbeError(f"NIXL {op} of {nbytes} bytes did not finish in time")
-                state = agent.check_xfer_state(handle)
-            if state != "DONE":
-                raise ProbeError(f"NIXL {op} failed (transfer state {state})")
-            if i:
-                seconds.append(time.perf_counter() - start)
-    finally:
-        agent.release_xfer_handle(handle)
+        seconds = [_transfer_s(agent, handle, op, deadline) for _ in range(iters + 1)][1:]
+    except Exception:
+        with contextlib.suppress(Exception):  # a transfer still in flight: report the first error
+            agent.release_xfer_handle(handle)
+        raise
+    agent.release_xfer_handle(handle)
     return seconds
+
+
+def _transfer_s(agent: Any, handle: Any, op: str, deadline: float) -> float:
+    start = time.perf_counter()
+    state = agent.transfer(handle)
+    while state == "PROC":
+        if time.monotonic() > deadline:
+            raise ProbeError(f"NIXL {op} did not finish before --timeout-s")
+        state = agent.check_xfer_state(handle)
+    if state != "DONE":
+        raise ProbeError(f"NIXL {op} failed (transfer state {state})")
+    return time.perf_counter() - start
 
 
 def rates(prefix: str, nbytes: int, seconds: list[float]) -> dict[str, Any]:
