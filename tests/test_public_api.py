@@ -18,6 +18,14 @@ PUBLIC = {
     },
     "generator.plan": {"Plan", "EnginePlan", "RouterPlan", "HostPlan", "make_plan", "Role"},
     "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.doctor.isolation": {
+        "ContainerView",
+        "PidNamespace",
+        "VIEW_FAILED",
+        "run_in_view",
+        "view_command",
+        "view_script",
+    },
     "generator.errors": {
         "XpydError",
         "SpecError",
