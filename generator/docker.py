@@ -23,6 +23,7 @@ __all__ = [
     "EngineFacts",
     "OneOff",
     "ServiceState",
+    "container_publishing",
     "docker_available",
     "engine_facts",
     "ensure_image",
@@ -137,6 +138,15 @@ def _daemon_pid() -> int | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def container_publishing(port: int) -> str | None:
+    """The container whose published port this is (docker-proxy holds it on the host)."""
+    try:
+        containers = DockerClient().container.list(filters={"publish": str(port)})
+    except DockerException:
+        return None
+    return containers[0].name if containers else None
 
 
 def image_exists(tag: str) -> bool:

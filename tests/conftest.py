@@ -55,3 +55,28 @@ def pytest_runtest_makereport(
             f"skipped, but CI requires every test (XPYD_REQUIRE_ALL=1): {report.longrepr}"
         )
     return report
+
+
+@pytest.fixture(scope="session")
+def cpu_engine_image() -> str:
+    """The cpu-1p1d prefill image (vLLM CPU, torch, NIXL, the KV probe), built when missing,
+    as `up` would build it."""
+    from generator.docker import ComposeStack, docker_available, image_exists
+    from generator.plan import make_plan
+    from generator.render import render_stack
+    from generator.render.writer import write_rendered
+    from generator.spec import load_spec
+    from generator.wheelhouse import fill_wheelhouse
+
+    if not docker_available():
+        pytest.skip("needs a running Docker engine (.ci/setup starts one)")
+    workspace = Workspace(ROOT)
+    plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
+    rendered = render_stack(plan, workspace)
+    (project,) = rendered.projects
+    tag: str = project.document["services"]["prefill-0"]["image"]
+    if not image_exists(tag):
+        write_rendered(rendered, ROOT)
+        fill_wheelhouse(plan, workspace, lambda _line: None)
+        ComposeStack(ROOT / project.compose_file, project.name).build(["prefill-0"], print)
+    return tag

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 PROBE_IN_IMAGE = "/opt/xpyd/nixl_kv_probe.py"
-PROBE_IN_CHECKOUT = "generator/probes/nixl_kv_probe.py"  # copied into the engine images
+PROBE_IN_CHECKOUT = "generator/kvprobe/nixl_kv_probe.py"  # copied into the engine images
 # Same-host GPU pairs: cuda_ipc over NVLink moved ~280-359 GiB/s on H200s; the silent TCP
 # fallback ~0.4 GiB/s. Anything below this floor is a fallback, whatever UCX claims.
 FALLBACK_FLOOR_GIB_S = 10.0
@@ -153,7 +153,7 @@ def _compose_with(view: HostView, services: dict[str, dict[str, Any]]) -> Iterat
     """The rendered compose project, or a temporary copy beside it whose pair services are
     replaced (relative paths in it keep working): removed afterwards."""
     from generator.docker import ComposeStack
-    from generator.render import dump_yaml
+    from generator.render.compose import dump_yaml
 
     rendered_file = view.workspace.root / view.project.compose_file
     document = view.project.document

@@ -67,16 +67,22 @@ def holder_of(port: int) -> str:
     for connection in connections:
         local = connection.laddr
         if connection.status == psutil.CONN_LISTEN and local and local.port == port:
-            names.append(_process_name(connection.pid))
+            names.append(_process_name(connection.pid, port))
     agent = agent_on(port)
     held = ", ".join(sorted(set(names))) or "a process this user cannot see"
     return held + (f"; {port} is the default port of {agent}" if agent else "")
 
 
-def _process_name(pid: int | None) -> str:
+def _process_name(pid: int | None, port: int) -> str:
     if pid is None:
         return "a process in another namespace (a container?)"
     try:
-        return f"pid {pid} ({psutil.Process(pid).name()})"
+        name = psutil.Process(pid).name()
     except psutil.Error:
         return f"pid {pid}"
+    if name == "docker-proxy":  # a container's published port: name the container
+        from generator.docker import container_publishing
+
+        container = container_publishing(port)
+        return f"container {container}" if container else f"pid {pid} (docker-proxy)"
+    return f"pid {pid} ({name})"

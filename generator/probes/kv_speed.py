@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from generator.kvprobe.nixl_kv_probe import summarize_transports
 from generator.plan import EnginePlan, Plan
 from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
-from generator.probes.nixl_kv_probe import summarize_transports
 from generator.probes.verdict import VerdictRow
 from generator.spec import Profile, Topology
 
@@ -65,8 +65,8 @@ class KvCounters:
 def kv_side(plan: Plan) -> tuple[tuple[EnginePlan, ...], str]:
     """Whose counters tell, and the UCX operation that carries the KV there."""
     if plan.topology is Topology.NIXL_MP:
-        return plan.decode, "get"  # the decoder READs from the prefiller
-    return plan.prefill, "put"  # LMCache's sender WRITEs into the decoder's buffer
+        return plan.decode, "read"  # the decoder READs from the prefiller (ucp_get)
+    return plan.prefill, "write"  # LMCache's sender WRITEs into the decoder's buffer (ucp_put)
 
 
 def read_counters(client: httpx.Client, plan: Plan, host: str) -> KvCounters:
@@ -130,7 +130,7 @@ def transport_in_logs(
     engines, operation = kv_side(plan)
     moved = [counters for _, counters in per_request if counters.transfers > 0]
     size = int(max((c.bytes / c.transfers for c in moved), default=1 << 20))
-    report = summarize_transports(logs([e.name for e in engines]), size, operation=operation)
+    report = summarize_transports(logs([e.name for e in engines]), size, (operation,))
     return None if report.transport == "unknown" else report.transport
 
 
@@ -142,7 +142,7 @@ def kv_speed_row(
     _, operation = kv_side(plan)
     over = f" over {transport}" if transport else " (transport not reported)"
     observed = "; ".join(f"{name}: {c.describe()}" for name, c in per_request) + over
-    check = f"KV path speed (NIXL {'reads' if operation == 'get' else 'writes'}, per request)"
+    check = f"KV path speed (NIXL {operation}s, per request)"
     rates = [c.gib_s for _, c in per_request]
     if plan.profile is Profile.CPU:
         return VerdictRow(check, observed, "a figure (CPU: not judged)", None, "info")

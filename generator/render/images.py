@@ -23,6 +23,7 @@ ENGINE_LOCK = "images/locks/engine-cpu.txt"
 ROUTER_LOCK = "images/locks/router.txt"
 _TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
+KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib
 _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 
 
@@ -96,8 +97,9 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "pip": spec.images.pip,
         "lock": ENGINE_LOCK,
         "synthetic_model": synthetic,
+        "kv_probe": KV_PROBE,
     }
-    inputs = [ENGINE_LOCK] if cpu else []
+    inputs = ([ENGINE_LOCK] if cpu else []) + [KV_PROBE]
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
     return _BaseStages(template, context, inputs, base_image)

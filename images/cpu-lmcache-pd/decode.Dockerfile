@@ -54,6 +54,11 @@ ENV PATH=/opt/venv/bin:$PATH \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 
+# === BEGIN KV path probe ===
+# `doctor --kv-path` runs it in one-off containers of the engine services: a real NIXL transfer
+# with exactly the devices and namespaces the engines get.
+COPY generator/kvprobe/nixl_kv_probe.py /opt/xpyd/nixl_kv_probe.py
+
 # === BEGIN synthetic model ===
 # A tiny random-weight Llama and a locally trained tokenizer: no download, deterministic.
 COPY images/assets/make_tiny_model.py /opt/xpyd/make_tiny_model.py

@@ -23,6 +23,11 @@ ENV PYTHONUNBUFFERED=1 \
     LMCACHE_TRACK_USAGE=false \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
+
+# === BEGIN KV path probe ===
+# `doctor --kv-path` runs it in one-off containers of the engine services: a real NIXL transfer
+# with exactly the devices and namespaces the engines get.
+COPY generator/kvprobe/nixl_kv_probe.py /opt/xpyd/nixl_kv_probe.py
 # The upstream image's entrypoint is `vllm serve`; our services give their whole command.
 ENTRYPOINT []
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from generator.doctor.isolation import ContainerView, PidNamespace, view_command
-from tests.assets.kvprobe import NO_NIXL, PROBE, free_port, json_lines, nixl_python
+from tests.kvprobe.kvprobe import NO_NIXL, PROBE, free_port, json_lines, nixl_python
 
 SIZE = ["--device", "cpu", "--size-mib", "64", "--timeout-s", "40"]
 WALL_S = 60

@@ -163,6 +163,10 @@ def test_decoder_health_checks_probe_the_pd_ports_where_lmcache_binds_them(
         assert health_targets(project.document["services"][engine.name]) == wanted
 
 
+def run_check(command: list[str]) -> int:
+    return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode
+
+
 class _Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.send_response(200)
@@ -200,9 +204,9 @@ def test_tp8_decoder_health_check_passes_only_where_lmcache_really_listens(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         with listening("127.0.0.2", ports):
-            assert subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+            assert run_check(command) == 0
         with listening("127.0.0.1", ports):  # where the old check looked: LMCache is not there
-            assert subprocess.run(command, capture_output=True, timeout=30).returncode != 0
+            assert run_check(command) != 0
     finally:
         server.shutdown()
         server.server_close()

@@ -26,7 +26,8 @@ from generator.workflow.task import SkipTask, Task, TaskState
 def context(workspace: Workspace, tmp_path: Path, **options: bool) -> RunContext:
     plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     record = RunRecord("run-1", plan.stack, tmp_path / "run-1", {}, {})
-    return RunContext(plan, workspace, render_stack(plan, workspace), RunOptions(**options), record)
+    run_options = RunOptions(**options)  # type: ignore[arg-type]  # only the boolean flags
+    return RunContext(plan, workspace, render_stack(plan, workspace), run_options, record)
 
 
 def states(ctx: RunContext) -> dict[str, str]:

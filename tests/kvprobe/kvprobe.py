@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import subprocess
 import sys
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-import nixl_kv_probe
+from generator.kvprobe import nixl_kv_probe
+from tests.conftest import ROOT
 
 PROBE = Path(nixl_kv_probe.__file__).resolve()
-ENGINE_REPOSITORIES = ("xpyd/engine-base", "xpyd/prefill", "xpyd/decode")
 NO_NIXL = "needs a Python with torch+nixl: set XPYD_NIXL_PYTHON to one"
 
 
@@ -33,24 +31,12 @@ def free_port() -> int:
 
 
 def nixl_python() -> str | None:
+    """XPYD_NIXL_PYTHON, the Python running the tests if it has torch+nixl, or the one
+    .ci/setup makes (.cache/nixl-venv)."""
     explicit = os.environ.get("XPYD_NIXL_PYTHON")
     if explicit:
         return explicit
     if find_spec("nixl") is not None and find_spec("torch") is not None:
         return sys.executable
-    return None
-
-
-def engine_image() -> str | None:
-    docker = shutil.which("docker")
-    if docker is None:
-        return None
-    listed = subprocess.run(
-        [docker, "images", "--format", "{{.Repository}}:{{.Tag}}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    names = listed.stdout.split() if listed.returncode == 0 else []
-    return next((name for name in names if name.split(":")[0] in ENGINE_REPOSITORIES), None)
+    made = ROOT / ".cache" / "nixl-venv" / "bin" / "python"
+    return str(made) if made.exists() else None

@@ -171,9 +171,13 @@ def rows_for_size(rows: Sequence[ProtoRow], nbytes: int) -> list[ProtoRow]:
     return chosen or list(rows[-1:])
 
 
-def summarize_transports(text: str, nbytes: int) -> TransportReport:
-    """Which transports moved the RMA writes and reads to the peer, heaviest first."""
-    tables = [t for t in parse_proto_tables(text) if t.rma_op and t.endpoint_kind != "self"]
+def summarize_transports(
+    text: str, nbytes: int, operations: tuple[str, ...] = ("write", "read")
+) -> TransportReport:
+    """Which transports moved the RMA ``operations`` to the peer, heaviest first."""
+    tables = [
+        t for t in parse_proto_tables(text) if t.rma_op in operations and t.endpoint_kind != "self"
+    ]
     used = [t for t in tables if any(row.count is not None for row in t.rows)]
     weights: dict[str, float] = {}
     by_op: dict[str, list[str]] = {"write": [], "read": []}

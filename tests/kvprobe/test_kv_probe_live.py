@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.assets.kvprobe import PROBE, engine_image, free_port, json_lines, nixl_python
+from tests.kvprobe.kvprobe import PROBE, free_port, json_lines, nixl_python
 
 IN_CONTAINER = "/opt/xpyd/nixl_kv_probe.py"
 SIZE = ["--device", "cpu", "--size-mib", "64"]
@@ -102,17 +102,11 @@ class ContainerPair:
 
 
 @pytest.fixture(scope="module")
-def sides() -> LocalPair | ContainerPair:
+def sides(request: pytest.FixtureRequest) -> LocalPair | ContainerPair:
     python = nixl_python()
     if python is not None:
         return LocalPair(python)
-    image = engine_image()
-    if image is None:
-        pytest.skip(
-            "needs torch+nixl: set XPYD_NIXL_PYTHON to a Python that has them, or build an "
-            "engine image (xpyd up cpu-1p1d) on a running Docker engine"
-        )
-    return ContainerPair(image)
+    return ContainerPair(request.getfixturevalue("cpu_engine_image"))
 
 
 def assert_measured(pair: Pair) -> None:
@@ -156,11 +150,8 @@ def test_serving_side_gives_up_without_a_peer(sides: LocalPair | ContainerPair) 
 
 
 @pytest.fixture
-def image() -> str:
-    found = engine_image()
-    if found is None:
-        pytest.skip("needs a local xpyd engine image (xpyd up cpu-1p1d builds one) and Docker")
-    return found
+def image(cpu_engine_image: str) -> str:
+    return cpu_engine_image
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """How the KV probe reads UCX's protocol tables.
 
-Fixtures (tests/assets/fixtures/), each the UCX log of one real probe run on this project's CPU
+Fixtures (tests/kvprobe/fixtures/), each the UCX log of one real probe run on this project's CPU
 machine (nixl-cu12 1.5.1, its bundled UCX 1.23.0), unless marked otherwise:
 
 - ucx_used_cma_loopback.log: two processes, DRAM, default UCX_TLS (UCX_PROTO_INFO=used)
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nixl_kv_probe as probe
 import pytest
+
+from generator.kvprobe import nixl_kv_probe as probe
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIB_256 = 256 << 20
