@@ -1,7 +1,7 @@
 # Rendered by xpyd-stacks from images/templates/engine-role.Dockerfile.j2: do not edit, re-render.
 # The lmcache image: a thin layer over the stack's engine base, so a role-only change
 # (a patch, a plugin, a debug tool) has a place without forking the base.
-ARG BASE_IMAGE=xpyd/engine-base:e4fed0cd188f
+ARG BASE_IMAGE=xpyd/engine-base:2cb0987e670e
 
 # === BEGIN lmcache ===
 FROM ${BASE_IMAGE}

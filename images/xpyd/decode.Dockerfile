@@ -1,7 +1,7 @@
 # Rendered by xpyd-stacks from images/templates/engine-role.Dockerfile.j2: do not edit, re-render.
 # The decode image: a thin layer over the stack's engine base, so a role-only change
 # (a patch, a plugin, a debug tool) has a place without forking the base.
-ARG BASE_IMAGE=xpyd/engine-base:612febcc5edc
+ARG BASE_IMAGE=xpyd/engine-base:dc0b30dd1086
 
 # === BEGIN decode ===
 FROM ${BASE_IMAGE}

@@ -1,14 +1,24 @@
-"""images/assets/check_engine_image.py: its pip check filter (offline)."""
+"""images/assets/check_engine_image.py: its pip check filter (offline), and, in the real cpu
+engine image, that it passes there and fails on a broken environment."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from generator.docker import ComposeStack, docker_available, image_exists
+from generator.paths import Workspace
+from generator.plan import make_plan
+from generator.render.images import plan_images
+from generator.spec import load_spec
+from generator.wheelhouse import fill_wheelhouse
+
 SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/check_engine_image.py"
+IN_IMAGE = "/opt/xpyd/check_engine_image.py"
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +50,72 @@ def test_allowed_names_are_normalized(script: ModuleType) -> None:
     line = "LMCache 0.5.6 requires cupy_cuda13x, which is not installed.\n"
     assert script.unexpected_pip_problems(line, {("lmcache", "cupy-cuda13x")}) == []
     assert script.unexpected_pip_problems(line, {("lmcache", "cupy")}) != []
+
+
+@pytest.fixture(scope="module")
+def cpu_image() -> tuple[str, list[str]]:
+    """The cpu-1p1d engine base (built here if no earlier build left it) and its check args."""
+    if not docker_available():
+        pytest.skip("no Docker engine answers (.ci/setup starts one)")
+    workspace = Workspace(SCRIPT.parents[2])
+    plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
+    base = plan_images(plan, workspace)[0]
+    if not image_exists(base.tag):
+        fill_wheelhouse(plan, workspace, lambda _line: None)
+        compose = workspace.compose_dir / "cpu-1p1d/compose.yaml"
+        ComposeStack(compose, "xpyd-test-check").build(["engine-base"], lambda _line: None)
+    run_line = base.text[base.text.index(f"RUN python3 {IN_IMAGE}") :].split("\n\n")[0]
+    arguments = run_line.replace("\\\n", " ").split()[3:]
+    return base.tag, arguments
+
+
+def run_in(image: str, command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "run", "--rm", image, "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.docker
+def test_check_passes_in_the_cpu_image(cpu_image: tuple[str, list[str]]) -> None:
+    image, arguments = cpu_image
+    assert "--connector" in arguments
+    result = run_in(image, f"python3 {IN_IMAGE} {' '.join(arguments)}")
+    assert result.returncode == 0, result.stderr
+    assert "ok: pip check" in result.stdout
+    assert "ok: NIXL: nixl_cu12._api lists the UCX plugin" in result.stdout
+    assert "ok: vLLM: KV connector LMCacheConnectorV1" in result.stdout
+
+
+@pytest.mark.docker
+def test_check_fails_on_an_unknown_connector_and_a_missing_nixl(
+    cpu_image: tuple[str, list[str]],
+) -> None:
+    image, arguments = cpu_image
+    broken = "pip uninstall -y -q nixl && "
+    result = run_in(
+        image, f"{broken}python3 {IN_IMAGE} {' '.join(arguments)} --connector NoSuchConnector"
+    )
+    assert result.returncode == 1
+    failures = [line for line in result.stderr.splitlines() if line.startswith("FAILED: ")]
+    assert failures == [
+        "FAILED: vLLM: KV connector NoSuchConnector does not load: "
+        "ValueError: Connector 'NoSuchConnector' is not registered.",
+        "FAILED: NIXL: `import nixl._api` failed: No module named 'nixl'",
+    ]
+    # pip check itself stays green: nothing requires the meta package.
+    assert "ok: pip check" in result.stdout
+
+
+@pytest.mark.docker
+def test_cuda_checks_fail_where_there_is_no_cuda(cpu_image: tuple[str, list[str]]) -> None:
+    image, _ = cpu_image
+    result = run_in(image, f"python3 {IN_IMAGE} --cuda-major 13 --allow-missing x:y")
+    assert result.returncode == 1
+    assert "FAILED: NIXL: installed variants are ['nixl-cu12'], want only nixl-cu13" in (
+        result.stderr
+    )
+    assert "FAILED: LMCache: `import lmcache.cuda_ops` failed: libcudart.so.13" in result.stderr

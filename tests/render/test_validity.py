@@ -33,6 +33,7 @@ VARIANTS = {
         "hf.token={env_file: secrets/hf.env}",
         "images.pip.index_url=https://pypi.example/simple",
     ],
+    "gpu-wheelhouse": ["images.pip.wheelhouse=wheelhouse"],
     "proxy-nixl": [
         "router.kind=proxy",
         "router.policy=least_outstanding",
@@ -44,6 +45,7 @@ BASE = {
     "cpu-lmcache-pd": "cpu-1p1d",
     "host-path-model": "xpyd-mp",
     "token-env-file": "xpyd",
+    "gpu-wheelhouse": "xpyd",
     "proxy-nixl": "xpyd-mp",
 }
 
