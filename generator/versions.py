@@ -8,7 +8,11 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["BaseImages", "PackagePins", "Versions", "load_versions"]
+__all__ = ["BaseImages", "GpuEngine", "PackagePins", "Versions", "load_versions"]
+
+
+# The CUDA majors NIXL publishes a wheel for (nixl-cu12, nixl-cu13).
+_NIXL_CUDA_MAJORS = (12, 13)
 
 
 class _Frozen(BaseModel):
@@ -30,9 +34,32 @@ class BaseImages(_Frozen):
     router: str
 
 
+class GpuEngine(_Frozen):
+    """The platform of the GPU base image, which the GPU engine lock is resolved for."""
+
+    python: str  # major.minor
+    glibc_minor: int  # manylinux_2_<glibc_minor>, x86_64
+    cuda_major: int
+
+    @property
+    def uv_platform(self) -> str:
+        return f"x86_64-manylinux_2_{self.glibc_minor}"
+
+    @property
+    def nixl_variant(self) -> str:
+        """NIXL's distribution for this CUDA major (NIXL publishes one per major)."""
+        return f"nixl-cu{self.cuda_major}"
+
+    @property
+    def other_nixl_variants(self) -> list[str]:
+        """The variants that must stay out of the image: `nixl` (meta) requires them all."""
+        return [f"nixl-cu{major}" for major in _NIXL_CUDA_MAJORS if major != self.cuda_major]
+
+
 class Versions(_Frozen):
     packages: PackagePins
     base_images: BaseImages
+    gpu_engine: GpuEngine
 
 
 @cache

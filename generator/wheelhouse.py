@@ -1,8 +1,9 @@
 """Fill a stack's wheelhouse (images/<images.pip.wheelhouse>/) from the lock files its images
 install, so builds need no index, no proxy and no CA inside the build.
 
-Wheels are fetched for the images' Python and glibc (Debian bookworm: CPython 3.11, glibc
-2.36), not the host's, with the host's own pip settings (index, proxy CA, find-links).
+Wheels are fetched for each image's Python and glibc (Debian bookworm's CPython 3.11 and glibc
+2.36 for the cpu and router images, ``versions.yaml``'s gpu_engine for the GPU engine image),
+not the host's, with the host's own pip settings (index, proxy CA, find-links).
 """
 
 from __future__ import annotations
@@ -11,25 +12,36 @@ import hashlib
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.plan import Plan
-from generator.render.images import ENGINE_LOCK, ROUTER_LOCK
+from generator.render.images import ENGINE_LOCK, GPU_ENGINE_LOCK, ROUTER_LOCK
 from generator.spec import Profile
+from generator.versions import load_versions
 
-__all__ = ["fill_wheelhouse", "locks_for", "wheelhouse_dir"]
+__all__ = ["download_command", "fill_wheelhouse", "locks_for", "wheelhouse_dir"]
 
-_PYTHON = "3.11"
-_GLIBC_MINOR = 36  # Debian bookworm
-_PLATFORMS = [
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(_GLIBC_MINOR, 4, -1)),
-    "manylinux2014_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux1_x86_64",
-    "linux_x86_64",
-]
+
+@dataclass(frozen=True)
+class _Platform:
+    python: str
+    glibc_minor: int
+
+    @property
+    def tags(self) -> list[str]:
+        return [
+            *(f"manylinux_2_{minor}_x86_64" for minor in range(self.glibc_minor, 4, -1)),
+            "manylinux2014_x86_64",
+            "manylinux2010_x86_64",
+            "manylinux1_x86_64",
+            "linux_x86_64",
+        ]
+
+
+_BOOKWORM = _Platform("3.11", 36)
 
 
 def wheelhouse_dir(plan: Plan, workspace: Workspace) -> Path | None:
@@ -39,7 +51,7 @@ def wheelhouse_dir(plan: Plan, workspace: Workspace) -> Path | None:
 
 def locks_for(plan: Plan) -> list[str]:
     """The lock files of the images this stack builds from the wheelhouse."""
-    return ([ENGINE_LOCK] if plan.profile is Profile.CPU else []) + [ROUTER_LOCK]
+    return [ENGINE_LOCK if plan.profile is Profile.CPU else GPU_ENGINE_LOCK, ROUTER_LOCK]
 
 
 def fill_wheelhouse(plan: Plan, workspace: Workspace, on_line: Callable[[str], None]) -> str:
@@ -68,12 +80,22 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
-def _download(lock: Path, target: Path, on_line: Callable[[str], None]) -> None:
+def download_command(lock: Path, target: Path) -> list[str]:
+    """pip download of every wheel of ``lock`` for the Python and glibc of the image using it."""
+    gpu = load_versions().gpu_engine
+    platform = _BOOKWORM
+    if lock.name == Path(GPU_ENGINE_LOCK).name:
+        platform = _Platform(gpu.python, gpu.glibc_minor)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    command += ["--python-version", _PYTHON, "--implementation", "cp", "--progress-bar", "off"]
-    for platform in _PLATFORMS:
-        command += ["--platform", platform]
-    command += ["-r", str(lock), "-d", str(target)]
+    command += ["--python-version", platform.python, "--implementation", "cp"]
+    command += ["--progress-bar", "off"]
+    for tag in platform.tags:
+        command += ["--platform", tag]
+    return [*command, "-r", str(lock), "-d", str(target)]
+
+
+def _download(lock: Path, target: Path, on_line: Callable[[str], None]) -> None:
+    command = download_command(lock, target)
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as process:

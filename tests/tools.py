@@ -41,3 +41,22 @@ def run_cli(*args: str, root: Path, timeout_s: float = 1800) -> subprocess.Compl
         timeout=timeout_s,
         check=False,
     )
+
+
+def uv_or_skip() -> str:
+    found = Path(sys.executable).parent / "uv"
+    located = str(found) if found.is_file() else shutil.which("uv")
+    if located is None:
+        pytest.skip('uv not installed (pip install -e ".[dev]" pins it)')
+    return located
+
+
+def pypi_or_skip() -> None:
+    """Tests that resolve against PyPI skip only where no index answers (CI has one)."""
+    import httpx
+
+    index = os.environ.get("UV_DEFAULT_INDEX") or "https://pypi.org/simple/"
+    try:
+        httpx.head(index, timeout=10, follow_redirects=True).raise_for_status()
+    except httpx.HTTPError as exc:
+        pytest.skip(f"no package index answers at {index}: {exc}")

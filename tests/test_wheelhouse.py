@@ -1,0 +1,32 @@
+"""The wheelhouse holds every locked wheel for the Python and glibc of the image using it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from generator.paths import Workspace
+from generator.plan import make_plan
+from generator.render.images import ENGINE_LOCK, GPU_ENGINE_LOCK, ROUTER_LOCK
+from generator.spec import load_spec
+from generator.wheelhouse import download_command, locks_for
+
+
+def option_values(command: list[str], option: str) -> list[str]:
+    return [command[i + 1] for i, word in enumerate(command) if word == option]
+
+
+def test_gpu_stacks_fetch_the_gpu_lock_for_the_vllm_image(workspace: Workspace) -> None:
+    plan = make_plan(load_spec(workspace.stack_file("xpyd")))
+    assert locks_for(plan) == [GPU_ENGINE_LOCK, ROUTER_LOCK]
+    command = download_command(workspace.root / GPU_ENGINE_LOCK, Path("/w"))
+    assert option_values(command, "--python-version") == ["3.12"]
+    assert option_values(command, "--platform")[0] == "manylinux_2_31_x86_64"
+    assert "--only-binary=:all:" in command
+
+
+def test_cpu_stacks_fetch_for_debian_bookworm(workspace: Workspace) -> None:
+    plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
+    assert locks_for(plan) == [ENGINE_LOCK, ROUTER_LOCK]
+    command = download_command(workspace.root / ENGINE_LOCK, Path("/w"))
+    assert option_values(command, "--python-version") == ["3.11"]
+    assert option_values(command, "--platform")[0] == "manylinux_2_36_x86_64"
