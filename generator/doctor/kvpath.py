@@ -323,7 +323,8 @@ def process_pair(
         done = run_in_view(run_view, [*probe, *run_args], timeout_s=_PROBE_TIMEOUT_S + 60)
         result = parse_probe_output(done.stdout)
         if not result.get("ok") and done.stderr.strip():
-            result["stderr_tail"] = done.stderr.strip().splitlines()[-5:]
+            tail = done.stderr.strip().splitlines()[-5:]
+            result |= {"stderr_tail": tail, "error": f"{result.get('error')}; {tail[-1]}"}
     finally:
         _stop(serving)
     return KvProbe(prefill.name, decode.name, result | {"mode": "process"})
