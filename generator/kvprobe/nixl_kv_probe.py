@@ -79,6 +79,7 @@ class ProbeError(Exception):
 _LOG_PREFIX = re.compile(r"^\[[0-9.]+\]\s+\[[^\]]*\]\s*")
 _ENDPOINT_KIND = re.compile(r"(\S+)\s+cfg#\d+$")
 _RMA_OPS = (("remote memory write by ucp_put", "write"), ("remote memory read by ucp_get", "read"))
+_LOCAL_MEMORY = re.compile(r"\b(?:from|into) (cuda/\S+|host memory)")
 _LANE = re.compile(r"(?:(\d+)% on )?(?<![\w/])([a-z][a-z0-9_]*)/[^\s,]+")
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
 
@@ -106,6 +107,12 @@ class ProtoTable:
     def rma_op(self) -> str | None:
         operation = " ".join(self.header[1:])
         return next((op for prefix, op in _RMA_OPS if operation.startswith(prefix)), None)
+
+    @property
+    def local_memory(self) -> str:
+        """Where this side's buffer lives: "cuda" or "host" (``... from cuda/GPU0 to ...``)."""
+        found = _LOCAL_MEMORY.search(" ".join(self.header[1:]))
+        return "cuda" if found and found.group(1).startswith("cuda") else "host"
 
 
 @dataclass(frozen=True)
@@ -172,11 +179,21 @@ def rows_for_size(rows: Sequence[ProtoRow], nbytes: int) -> list[ProtoRow]:
 
 
 def summarize_transports(
-    text: str, nbytes: int, operations: tuple[str, ...] = ("write", "read")
+    text: str,
+    nbytes: int,
+    operations: tuple[str, ...] = ("write", "read"),
+    local_memory: str | None = None,
 ) -> TransportReport:
-    """Which transports moved the RMA ``operations`` to the peer, heaviest first."""
+    """Which transports moved the RMA ``operations`` to the peer, heaviest first. A long-lived
+    process's UCX_PROTO_INFO=y log also lists protocols for buffers that are not the KV (e.g.
+    host-memory control traffic beside GPU KV): ``local_memory`` ("cuda" or "host") keeps
+    only the tables for the KV's own memory."""
     tables = [
-        t for t in parse_proto_tables(text) if t.rma_op in operations and t.endpoint_kind != "self"
+        t
+        for t in parse_proto_tables(text)
+        if t.rma_op in operations
+        and t.endpoint_kind != "self"
+        and local_memory in (None, t.local_memory)
     ]
     used = [t for t in tables if any(row.count is not None for row in t.rows)]
     weights: dict[str, float] = {}

@@ -130,8 +130,15 @@ def transport_in_logs(
     engines, operation = kv_side(plan)
     moved = [counters for _, counters in per_request if counters.transfers > 0]
     size = int(max((c.bytes / c.transfers for c in moved), default=1 << 20))
-    report = summarize_transports(logs([e.name for e in engines]), size, (operation,))
+    memory = "host" if plan.profile is Profile.CPU else _kv_memory(plan)
+    report = summarize_transports(logs([e.name for e in engines]), size, (operation,), memory)
     return None if report.transport == "unknown" else report.transport
+
+
+def _kv_memory(plan: Plan) -> str:
+    """GPU KV moves GPU to GPU, except LMCache P/D with its transfer buffer in host memory."""
+    pd = plan.lmcache_pd
+    return "host" if pd is not None and pd.buffer_device == "cpu" else "cuda"
 
 
 def kv_speed_row(
@@ -148,11 +155,13 @@ def kv_speed_row(
         return VerdictRow(check, observed, "a figure (CPU: not judged)", None, "info")
     if any(rate is None for rate in rates):
         return VerdictRow(check, observed, "timed NIXL transfers", False)
-    slowest = min(rate for rate in rates if rate is not None)
+    # The best request decides: a pair's first transfer also pays for connection setup and
+    # memory registration, while a fallback is slow every time.
+    best = max(rate for rate in rates if rate is not None)
     if plan.kv_crosses_hosts and not plan.same_host_pairs():
         expected = f">= {RDMA_EXPECTED_GIB_S:g} GiB/s between hosts (RDMA)"
-        slow = slowest < RDMA_EXPECTED_GIB_S or transport == "tcp"
+        slow = best < RDMA_EXPECTED_GIB_S or transport == "tcp"
         return VerdictRow(check, observed, expected, None if slow else True, "WARN" if slow else "")
     expected = f">= {FALLBACK_FLOOR_GIB_S:g} GiB/s, cuda_ipc (same-host GPUs)"
-    fallback = slowest < FALLBACK_FLOOR_GIB_S or transport == "tcp"
+    fallback = best < FALLBACK_FLOOR_GIB_S or transport == "tcp"
     return VerdictRow(check, observed, expected, not fallback)

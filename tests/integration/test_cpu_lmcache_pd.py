@@ -40,6 +40,11 @@ def test_verdict_proves_lmcache_moved_the_kv(stack_up: dict[str, Any]) -> None:
     )
     assert rows["prompt tokens computed on decode (local_compute)"]["observed"] == "2"
     assert rows["router stamps prefill/decode pair"]["passed"] is True
+    # LMCache's P/D writes, timed by NIXL's own telemetry exporter on the prefiller.
+    speed = rows["KV path speed (NIXL writes, per request)"]
+    assert speed["mark"] == "info"
+    assert "MiB in" in speed["observed"]
+    assert speed["observed"].endswith("over tcp")
 
 
 def test_engines_use_the_cpu_connector(stack_up: dict[str, Any]) -> None:
@@ -52,7 +57,7 @@ def test_engines_use_the_cpu_connector(stack_up: dict[str, Any]) -> None:
 def test_proxy_metrics_count_the_kv_notices(stack_up: dict[str, Any]) -> None:
     import httpx
 
-    text = httpx.get("http://127.0.0.1:9100/metrics", timeout=10).text
+    text = httpx.get("http://127.0.0.1:8100/metrics", timeout=10).text
     assert 'xpyd_proxy_kv_wait_seconds_count{backend="prefill-0"}' in text
     assert 'xpyd_proxy_errors_total{backend="prefill-0",stage="kv_notice_timeout"}' not in text
 
@@ -83,7 +88,7 @@ def test_pd_outputs_equal_a_plain_run_over_prompt_lengths(stack_up: dict[str, An
         for length in LENGTHS:
             prompt = [10 + (7 * i + length) % 2000 for i in range(length)]
             before = client.get(f"{decoder}/metrics").text
-            pd = client.post("http://127.0.0.1:9100/v1/completions", json=body | {"prompt": prompt})
+            pd = client.post("http://127.0.0.1:8100/v1/completions", json=body | {"prompt": prompt})
             assert pd.status_code == 200, pd.text
             after = client.get(f"{decoder}/metrics").text
             plain = client.post(f"{decoder}/v1/completions", json=body | {"prompt": prompt})

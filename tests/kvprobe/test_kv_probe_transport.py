@@ -8,7 +8,8 @@ machine (nixl-cu12 1.5.1, its bundled UCX 1.23.0), unless marked otherwise:
 - ucx_used_tcp_bridge_containers.log: one container per side on a user-defined bridge network
 - ucx_info_y_cma_loopback.log: UCX_PROTO_INFO=y (every selection, no counts), an early two-process
   NIXL run on stdout (agents named t and i) before the probe existed
-- ucx_used_cuda_ipc_CONSTRUCTED.log: written by hand in UCX's format (no GPU here); see its header
+- ucx_used_cuda_ipc_h200.log, ucx_info_y_cuda_ipc_h200.log: captured on 2x H200 (NVLink) with the
+  probe (UCX_PROTO_INFO=used) and with two plain NIXL processes (UCX_PROTO_INFO=y)
 - ucx_1_20_layout_CONSTRUCTED.log: UCX 1.20's layout after a log in a NIXL issue; see its header
 """
 
@@ -35,7 +36,7 @@ def fixture(name: str) -> str:
         ("ucx_used_tcp_forced.log", "tcp"),
         ("ucx_used_tcp_bridge_containers.log", "tcp"),
         ("ucx_info_y_cma_loopback.log", "cma"),
-        ("ucx_used_cuda_ipc_CONSTRUCTED.log", "cuda_ipc"),
+        ("ucx_used_cuda_ipc_h200.log", "cuda_ipc"),
     ],
 )
 def test_transport_of_each_fixture(name: str, transport: str) -> None:
@@ -120,3 +121,18 @@ def test_only_the_standard_library_at_import() -> None:
     assert not [
         line for line in top_level if "torch" in line or "nixl" in line or "generator" in line
     ]
+
+
+def test_a_long_lived_logs_kv_memory_picks_the_kv_tables() -> None:
+    """UCX_PROTO_INFO=y in an engine's log lists host-memory protocols too (control traffic,
+    host-to-GPU writes): on GPUs only the tables for GPU buffers name the KV's transport."""
+    text = fixture("ucx_info_y_cuda_ipc_h200.log")
+    everything = probe.summarize_transports(text, 512 << 20)
+    assert set(everything.transports) > {"cuda_ipc"}  # host tables mix other transports in
+    for operation in ("read", "write"):
+        kv = probe.summarize_transports(text, 512 << 20, (operation,), local_memory="cuda")
+        assert (kv.transport, kv.transports) == ("cuda_ipc", ["cuda_ipc"]), kv.evidence
+    host = probe.summarize_transports(
+        fixture("ucx_info_y_cma_loopback.log"), MIB_256, ("read",), "host"
+    )
+    assert host.transport == "cma"

@@ -1,0 +1,159 @@
+"""doctor's checks on real inputs: nvidia-smi output and KV probe records captured on 2x H200
+(tests/doctor/fixtures/), this machine's own ports, files and environment."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from generator.docker import EngineFacts
+from generator.doctor.checks import docker_checks, gpu_access_checks, gpu_checks
+from generator.doctor.context import HostView
+from generator.doctor.gpus import parse_gpus, parse_topology
+from generator.doctor.host_checks import port_checks, token_checks
+from generator.doctor.kvpath import KvProbe, container_view, judge, own_gpus_variant
+from generator.doctor.report import Verdict
+from generator.paths import Workspace
+from generator.plan import make_plan
+from generator.render import render_stack
+from generator.spec import load_spec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FACTS = EngineFacts("28.2.2", "v2.40.3", ("runc",), "runc", "/var/lib/docker", (), None)
+
+
+def h200_view(workspace: Workspace, stack: str = "xpyd-mp", *overrides: str) -> HostView:
+    """A view of the 2x H200 machine (its nvidia-smi output) for a stack on GPUs 0 and 1."""
+    plan = make_plan(load_spec(workspace.stack_file(stack), ["hosts.0.gpus=[0,1]", *overrides]))
+    (project,) = render_stack(plan, workspace).projects
+    gpus = parse_gpus((FIXTURES / "nvidia_smi_query_h200x2.csv").read_text())
+    links = parse_topology((FIXTURES / "nvidia_smi_topo_h200x2.txt").read_text())
+    return HostView(plan, plan.host("local"), project, workspace, FACTS, gpus, links, frozenset())
+
+
+def record(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return loaded
+
+
+def test_nvidia_smi_output_parses(workspace: Workspace) -> None:
+    view = h200_view(workspace)
+    assert view.gpus is not None
+    assert [(g.index, g.name, g.memory_mib, g.bus_id) for g in view.gpus] == [
+        (0, "NVIDIA H200", 143771, "00000000:00:06.0"),
+        (1, "NVIDIA H200", 143771, "00000000:00:07.0"),
+    ]
+    assert view.links == {(0, 0): "X", (0, 1): "NV18", (1, 0): "NV18", (1, 1): "X"}
+
+
+def test_gpus_and_the_nvlink_between_the_pair(workspace: Workspace) -> None:
+    rows = gpu_checks(h200_view(workspace))
+    assert [(row.check, row.verdict) for row in rows] == [
+        ("GPUs", Verdict.PASS),
+        ("GPU link prefill-0 -> decode-0", Verdict.PASS),
+    ]
+    assert "NV18 (NVLink x18)" in rows[1].found
+
+
+def test_gpus_the_host_lacks_fail_and_name_what_it_has(workspace: Workspace) -> None:
+    view = h200_view(workspace, "xpyd", "hosts.0.gpus=[0,1,2,3]")
+    (row, *_) = gpu_checks(view)
+    assert row.verdict is Verdict.FAIL
+    assert "missing 2,3" in row.found
+    assert "has 0,1" in row.fix
+
+
+def test_the_recorded_h200_kv_paths_are_judged_as_measured(workspace: Workspace) -> None:
+    """What the rendered layout moved (cuda_ipc, ~280 GiB/s) passes; one GPU per container
+    (TCP, ~0.45 GiB/s, data intact) is failed as the silent fallback it is."""
+    view = h200_view(workspace)
+    rendered = judge(view, KvProbe("prefill-0", "decode-0", record("kvpath_h200_rendered.json")))
+    own = judge(view, KvProbe("prefill-0", "decode-0", record("kvpath_h200_own_gpus.json")))
+    assert rendered.verdict is Verdict.PASS, rendered
+    assert rendered.found.startswith("cuda_ipc, read 282.40 GiB/s")
+    assert own.verdict is Verdict.FAIL
+    assert own.found.startswith("tcp, read 0.46 GiB/s")
+    assert "fallback" in own.fix
+
+
+def test_cuda_ipc_below_the_floor_is_still_a_fallback(workspace: Workspace) -> None:
+    slow = record("kvpath_h200_rendered.json") | {
+        "read_gib_s_median": 0.4,
+        "write_gib_s_median": 0.4,
+    }
+    assert judge(h200_view(workspace), KvProbe("prefill-0", "decode-0", slow)).blocking
+
+
+def test_views_follow_the_rendered_services_and_the_own_gpu_variant(
+    workspace: Workspace,
+) -> None:
+    view = h200_view(workspace)
+    services = view.project.document["services"]
+    decode = container_view(services["decode-0"])
+    assert (decode.gpus, decode.pid.value) == ((0, 1), "host")
+    assert decode.environment["CUDA_VISIBLE_DEVICES"] == "1"
+    (engine,) = view.plan.decode
+    narrowed = container_view(
+        own_gpus_variant(json.loads(json.dumps(services["decode-0"])), engine)
+    )
+    assert (narrowed.gpus, narrowed.environment["CUDA_VISIBLE_DEVICES"]) == ((1,), "0")
+
+
+@pytest.mark.parametrize("access", ["cdi", "nvidia-runtime"])
+def test_views_read_every_gpu_access_mode(workspace: Workspace, access: str) -> None:
+    view = h200_view(workspace, "xpyd-mp", f"gpu.access={access}")
+    assert container_view(view.project.document["services"]["prefill-0"]).gpus == (0, 1)
+
+
+def test_gpu_access_modes_the_engine_offers(workspace: Workspace, tmp_path: Path) -> None:
+    view = h200_view(workspace, "xpyd-mp", "gpu.access=cdi")
+    (row,) = gpu_access_checks(view)
+    assert row.verdict is Verdict.FAIL  # this engine has neither CDI nor the NVIDIA runtime
+    (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
+    cdi = replace(view, facts=replace(FACTS, cdi_spec_dirs=(str(tmp_path),)))
+    (row,) = gpu_access_checks(cdi)
+    assert row.verdict is Verdict.PASS
+    assert "cdi: yes" in row.found
+    runtime = replace(h200_view(workspace, "xpyd-mp", "gpu.access=nvidia-runtime"))
+    runtime = replace(runtime, facts=replace(FACTS, runtimes=("nvidia", "runc")))
+    assert gpu_access_checks(runtime)[0].verdict is Verdict.PASS
+
+
+def test_no_engine_is_one_failed_row(workspace: Workspace) -> None:
+    (row,) = docker_checks(replace(h200_view(workspace), facts=None))
+    assert (row.verdict, row.blocking) == (Verdict.FAIL, True)
+
+
+def test_a_busy_port_names_its_holder(workspace: Workspace) -> None:
+    view = h200_view(workspace, "xpyd-mp", "ports.prefill_http=47100")
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 47100))
+        holder.listen()
+        rows = port_checks(view)
+    busy = next(row for row in rows if row.check.startswith("port 47100"))
+    assert busy.verdict is Verdict.FAIL
+    assert "python" in busy.found  # pid N (python...): this test process
+
+
+def test_agent_ports_warn_even_when_free(workspace: Workspace) -> None:
+    rows = port_checks(h200_view(workspace, "xpyd", "hosts.0.gpus=[0,1,2,3]"))
+    warned = [row for row in rows if row.verdict is Verdict.WARN]
+    assert any("node_exporter" in row.found for row in warned)
+
+
+def test_token_source_presence_never_its_value(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    view = h200_view(workspace)  # hf.token: {env: HF_TOKEN}
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    (row,) = token_checks(view)
+    assert row.verdict is Verdict.FAIL
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "x" * 30)
+    (row,) = token_checks(view)
+    assert row.verdict is Verdict.PASS
+    assert "hf_" not in row.found + row.expected + row.fix
