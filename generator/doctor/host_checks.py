@@ -24,39 +24,40 @@ _PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]\b")
 
 
 def shm_checks(view: HostView) -> list[CheckRow]:
-    engines = len(view.engines)
-    if not engines:
+    if not view.engines:
         return []
-    if view.gpu_profile:  # ipc: host: every engine uses the host's /dev/shm
-        usage = shutil.disk_usage("/dev/shm")
-        needed = engines * _SHM_PER_ENGINE_GIB
-        ok = usage.free >= needed * _GIB
-        return [
-            CheckRow(
-                "/dev/shm (ipc: host)",
-                f">= {needed} GiB free ({_SHM_PER_ENGINE_GIB} GiB per engine)",
-                f"{usage.free / _GIB:.1f} GiB free of {usage.total / _GIB:.1f}",
-                Verdict.PASS if ok else Verdict.FAIL,
-                "" if ok else "grow /dev/shm (mount -o remount,size=...G /dev/shm)",
-            )
-        ]
-    sizes = [
-        service.get("shm_size")
-        for name, service in view.project.document["services"].items()
-        if name in {engine.name for engine in view.engines}
-    ]
+    return [_host_shm_row(view) if view.gpu_profile else _container_shm_row(view)]
+
+
+def _host_shm_row(view: HostView) -> CheckRow:
+    """GPU engines run with ``ipc: host``: they all use the host's /dev/shm."""
+    usage = shutil.disk_usage("/dev/shm")
+    needed = len(view.engines) * _SHM_PER_ENGINE_GIB
+    ok = usage.free >= needed * _GIB
+    return CheckRow(
+        "/dev/shm (ipc: host)",
+        f">= {needed} GiB free ({_SHM_PER_ENGINE_GIB} GiB per engine)",
+        f"{usage.free / _GIB:.1f} GiB free of {usage.total / _GIB:.1f}",
+        Verdict.PASS if ok else Verdict.FAIL,
+        "" if ok else "grow /dev/shm (mount -o remount,size=...G /dev/shm)",
+    )
+
+
+def _container_shm_row(view: HostView) -> CheckRow:
+    """CPU engines get their own /dev/shm (shm_size), taken from the host's memory."""
+    names = {engine.name for engine in view.engines}
+    services = view.project.document["services"]
+    sizes = [services[name].get("shm_size") for name in services if name in names]
     available = psutil.virtual_memory().available
-    needed = engines * _RAM_PER_CPU_ENGINE_GIB
+    needed = len(view.engines) * _RAM_PER_CPU_ENGINE_GIB
     ok = all(size == "1g" for size in sizes) and available >= needed * _GIB
-    return [
-        CheckRow(
-            "/dev/shm and memory (cpu engines)",
-            f"shm_size 1g per engine (Docker's 64 MiB breaks vLLM); >= {needed} GiB RAM free",
-            f"shm_size {', '.join(str(s) for s in sizes)}; {available / _GIB:.1f} GiB free",
-            Verdict.PASS if ok else Verdict.FAIL,
-            "" if ok else "free memory, or lower prefill/decode count",
-        )
-    ]
+    return CheckRow(
+        "/dev/shm and memory (cpu engines)",
+        f"shm_size 1g per engine (Docker's 64 MiB breaks vLLM); >= {needed} GiB RAM free",
+        f"shm_size {', '.join(str(s) for s in sizes)}; {available / _GIB:.1f} GiB free",
+        Verdict.PASS if ok else Verdict.FAIL,
+        "" if ok else "free memory, or lower prefill/decode count",
+    )
 
 
 def address_checks(view: HostView) -> list[CheckRow]:

@@ -181,12 +181,19 @@ def test_ctrl_c_during_up_leaves_no_containers(
     root = workspace_copy(scratch_root / "interrupt")
     overrides = set_flags(["name=cpu-intr", *SHIFTED])
     env = {**os.environ, "XPYD_ROOT": str(root), "CI": "1", "NO_COLOR": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "generator", "up", STACK, *overrides],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    # A test run started in the background inherits an ignored SIGINT (the shell's doing) and
+    # passes it on, and Python then never raises KeyboardInterrupt: while starting the child,
+    # handle SIGINT here (a handler becomes the default in the child, as on a terminal).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "generator", "up", STACK, *overrides],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert process.stderr is not None
     seen = []
     for line in process.stderr:

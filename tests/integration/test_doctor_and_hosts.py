@@ -82,8 +82,8 @@ TWO_HOSTS = [
     "images.registry=xpyd-selftest",  # tags no earlier build made: compose must build them
     "hosts=[{name: a, cpus: [0]}, {name: b, address: 127.0.0.2, cpus: [1]}]",
     "placement={prefill: {hosts: a}, decode: {hosts: b}}",
-    "ports.decode_http=27200",
-    "ports.lmcache_http=28090",
+    "ports.decode_http=37200",  # its own ports: the other tests' stacks may still be up
+    "ports.lmcache_http=38090",
 ]
 
 
