@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from generator.doctor.context import HostView, local_addresses
-from generator.doctor.ports import busy_ports, holder_of, published_ports
+from generator.doctor.ports import busy_ports, ephemeral_range, holder_of, published_ports
 from generator.doctor.report import CheckRow, Verdict
 from generator.plan.agent_ports import agent_on
 
@@ -93,6 +93,19 @@ def port_checks(view: HostView) -> list[CheckRow]:
             "stop what holds it, or move the stack's ports (router.port, ports.* in the spec)",
         )
         for p in busy
+    ]
+    low, high = ephemeral_range()
+    rows += [
+        CheckRow(
+            f"port {p.port} ({p.owner})",
+            f"outside the ephemeral range {low}-{high}",
+            "inside: any outgoing connection may hold it for a while",
+            Verdict.WARN,
+            f"pick a port below {low} (or above {high})",
+            required=False,
+        )
+        for p in ports
+        if p not in busy and low <= p.port <= high
     ]
     agents = [p for p in ports if p not in busy and agent_on(p.port)]
     rows += [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -12,7 +13,7 @@ from generator.plan import Plan
 from generator.plan.agent_ports import agent_on
 from generator.render import ComposeProject
 
-__all__ = ["HostPort", "busy_ports", "holder_of", "published_ports"]
+__all__ = ["HostPort", "busy_ports", "ephemeral_range", "holder_of", "published_ports"]
 
 
 @dataclass(frozen=True)
@@ -58,19 +59,36 @@ def _can_bind(address: str, port: int) -> bool:
 
 
 def holder_of(port: int) -> str:
-    """Who listens on ``port``: "pid 123 (node_exporter)", plus the agent that usually does."""
-    names = []
+    """Who holds ``port``: "pid 123 (node_exporter)", plus the agent that usually listens
+    there; or the connection whose local end it is (an outgoing connection's ephemeral port)."""
     try:
         connections = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, OSError):
         connections = []
-    for connection in connections:
-        local = connection.laddr
-        if connection.status == psutil.CONN_LISTEN and local and local.port == port:
-            names.append(_process_name(connection.pid, port))
+    mine = [c for c in connections if c.laddr and c.laddr.port == port]
+    listeners = [c for c in mine if c.status == psutil.CONN_LISTEN]
+    names = sorted({_process_name(c.pid, port) for c in listeners})
+    if not names and mine:
+        who = sorted({_process_name(c.pid, port) for c in mine})
+        names = [f"an outgoing connection of {', '.join(who)} (its local end; {_ephemeral(port)})"]
     agent = agent_on(port)
-    held = ", ".join(sorted(set(names))) or "a process this user cannot see"
+    held = ", ".join(names) or "a process this user cannot see"
     return held + (f"; {port} is the default port of {agent}" if agent else "")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _ephemeral(port: int) -> str:
+    low, high = ephemeral_range()
+    inside = low <= port <= high
+    return f"{port} is {'inside' if inside else 'outside'} the ephemeral range {low}-{high}"
 
 
 def _process_name(pid: int | None, port: int) -> str:

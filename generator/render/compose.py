@@ -106,7 +106,18 @@ def _image_ref(image: ImageBuild, root: PurePosixPath) -> dict[str, Any]:
     return {
         "image": image.tag,
         "build": {"context": str(root), "dockerfile": str(image.dockerfile)},
+        "pull_policy": _pull_policy(image.tag),
     }
+
+
+def _pull_policy(tag: str) -> str:
+    """Our images are built here. A bare repository name (``xpyd/prefill:<hash>``) means
+    Docker Hub, where anyone may publish that name, and the tags are predictable: never pull
+    it, build it when missing. A registry host (``registry.example.com/xpyd/...``) is the
+    user's own: pull when missing (built and pushed elsewhere), else build."""
+    first = tag.split("/", 1)[0]
+    own_registry = "/" in tag and ("." in first or ":" in first or first == "localhost")
+    return "missing" if own_registry else "never"
 
 
 def _model_volume(plan: Plan) -> dict[str, Any]:

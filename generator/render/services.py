@@ -109,7 +109,12 @@ def router_service(plan: Plan, image: Service, config: str | None) -> Service:
 def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
     """A one-off container for vLLM's serving benchmark (`docker compose run --rm bench`):
     the engine image has vLLM and the tokenizer; it reaches the router like a client."""
-    service: Service = {"image": image["image"], "profiles": ["bench"]}
+    # The decode image, built for the engines (same pull policy: never from a public name).
+    service: Service = {
+        "image": image["image"],
+        "pull_policy": image["pull_policy"],
+        "profiles": ["bench"],
+    }
     service["command"] = ["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--help"]
     env = {"HF_HOME": HF_HOME}
     if plan.spec.hf.offline or plan.spec.model.source != "hub":

@@ -157,3 +157,29 @@ def test_token_source_presence_never_its_value(
     (row,) = token_checks(view)
     assert row.verdict is Verdict.PASS
     assert "hf_" not in row.found + row.expected + row.fix
+
+
+def test_an_outgoing_connections_local_port_is_named_as_such(workspace: Workspace) -> None:
+    """A port taken by the local end of a connection (no listener) is not "a process that
+    cannot be seen": doctor says whose connection it is, and that the port is ephemeral."""
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())  # the kernel picks an ephemeral local port
+        port = client.getsockname()[1]
+        accepted, _ = server.accept()
+        with accepted:
+            rows = port_checks(h200_view(workspace, "xpyd-mp", f"ports.prefill_http={port}"))
+    busy = next(row for row in rows if row.check.startswith(f"port {port}"))
+    assert busy.verdict is Verdict.FAIL
+    assert "an outgoing connection of pid" in busy.found
+    assert "inside the ephemeral range" in busy.found
+    ephemeral = [r for r in rows if r.verdict is Verdict.WARN and "ephemeral" in r.expected]
+    assert ephemeral == []  # a busy port is reported once, as busy
+
+
+def test_ports_in_the_ephemeral_range_warn(workspace: Workspace) -> None:
+    rows = port_checks(h200_view(workspace, "xpyd-mp", "router.port=40000"))
+    (warned,) = [r for r in rows if r.verdict is Verdict.WARN and "ephemeral" in r.expected]
+    assert warned.check == "port 40000 (router)"
+    assert not warned.required

@@ -30,9 +30,11 @@ pytestmark = pytest.mark.stack
 STACK, PROJECT = "cpu-1p1d", "xpyd-cpu-1p1d"
 RUN_ID = f"pytest-{int(time.time())}"
 # A second copy of the stack on other host ports, for the failure and isolation tests.
+# Below the kernel's ephemeral range (32768-60999 by default): a port there can be taken by
+# any outgoing connection's local end for a while.
 SHIFTED = [
     "router.port=31000",
-    "ports.router_metrics=39000",
+    "ports.router_metrics=29900",
     "ports.prefill_http=27100",
     "ports.decode_http=27200",
     "ports.lmcache_http=28090",

@@ -252,3 +252,15 @@ def test_every_engine_image_is_self_contained(workspace: Workspace) -> None:
         for project in result.projects:
             for service in project.document["services"].values():
                 assert "build" not in service.get("profiles", [])
+
+
+def test_our_images_are_never_pulled_from_a_public_namespace(workspace: Workspace) -> None:
+    """Tags are predictable (a hash of public templates): anyone could publish
+    xpyd/prefill:<hash> on Docker Hub. Bare names build when missing and are never pulled;
+    a registry host of the user's own is pulled from first."""
+    _, result = rendered(workspace, "xpyd")
+    for service in services(result).values():
+        if "build" in service:
+            assert service["pull_policy"] == "never", service["image"]
+    _, private = rendered(workspace, "xpyd", "images.registry=registry.example.com:5000/team")
+    assert {s["pull_policy"] for s in services(private).values() if "build" in s} == {"missing"}
