@@ -9,7 +9,7 @@ from generator.errors import XpydError
 from generator.paths import Workspace, find_workspace
 from generator.plan import Plan, make_plan
 from generator.render import RenderedStack, render_stack
-from generator.render.writer import diff_rendered, write_rendered
+from generator.render.writer import diff_rendered, write_all
 from generator.spec import load_spec
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
     "render_in_memory",
     "rendered_projects",
     "stack_names",
-    "write_stack",
+    "write_stacks",
 ]
 
 
@@ -46,9 +46,11 @@ def render_in_memory(plan: Plan, workspace: Workspace | None = None) -> Rendered
     return render_stack(plan, workspace or find_workspace())
 
 
-def write_stack(plan: Plan, out: Path | None = None) -> list[Path]:
+def write_stacks(plans: Sequence[Plan], out: Path | None = None) -> list[Path]:
+    """Every plan rendered, then all of them written, or none (any error writes nothing)."""
     workspace = find_workspace()
-    return write_rendered(render_stack(plan, workspace), out or workspace.root)
+    rendered = [render_stack(plan, workspace) for plan in plans]
+    return write_all(rendered, out or workspace.root)
 
 
 def check_drift(plan: Plan, out: Path | None = None) -> list[str]:
