@@ -9,7 +9,7 @@ from pathlib import PurePosixPath
 
 from generator.paths import Workspace
 from generator.plan import Plan
-from generator.render.compose import ComposeProject, compose_projects, dump_yaml
+from generator.render.compose import ComposeProject, compose_projects, compose_text
 from generator.render.images import ImageBuild, plan_images
 from generator.render.manifest import MANIFEST_NAME, manifest_text
 
@@ -32,7 +32,7 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     images_dir = PurePosixPath("images") / plan.stack
     files: dict[PurePosixPath, str] = {image.dockerfile: image.text for image in images}
     for project in projects:
-        files[project.compose_file] = dump_yaml(project.document, header=_compose_header(plan))
+        files[project.compose_file] = compose_text(project.document, header=_compose_header(plan))
         for relative, text in project.files.items():
             files[project.directory / relative] = text
     files[compose_dir / "plan.json"] = plan.model_dump_json(indent=2) + "\n"

@@ -21,7 +21,7 @@ from generator.render.services import (
 )
 from generator.spec import RouterKind, Topology
 
-__all__ = ["ComposeProject", "compose_projects", "dump_yaml", "project_name"]
+__all__ = ["ComposeProject", "compose_projects", "compose_text", "dump_yaml", "project_name"]
 
 _MODEL_CACHE_VOLUME = "xpyd-model-cache"  # shared by every stack on a host: download once
 _VLLM_CACHE_VOLUME = "xpyd-vllm-cache"  # vLLM's own caches, kept across container restarts
@@ -154,6 +154,23 @@ class _PlainDumper(_Dumper):  # type: ignore[valid-type,misc]
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def compose_text(document: dict[str, Any], *, header: str) -> str:
+    """A compose file. Compose interpolates ``$VAR`` and ``${VAR}`` in every value from the
+    host's environment and ``.env``: each ``$`` of ours is written ``$$`` so that a value
+    like ``${AWS_SECRET_ACCESS_KEY}`` in an extra arg reaches the container as written."""
+    return dump_yaml(_literal_dollars(document), header=header)
+
+
+def _literal_dollars(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [_literal_dollars(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _literal_dollars(item) for key, item in value.items()}
+    return value
 
 
 def dump_yaml(data: Any, *, header: str = "") -> str:
