@@ -73,7 +73,8 @@ def render(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Root to write compose/<stack>/ and images/<stack>/ under [default: the checkout]."
+            help="Root to write compose/<stack>/ and images/<stack>/ under "
+            "\\[default: the checkout]."
         ),
     ] = None,
     set_: SetOpt = None,
