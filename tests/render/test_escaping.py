@@ -44,6 +44,29 @@ def test_dollars_reach_the_container_as_written(workspace: Workspace, tmp_path: 
     assert decode["environment"]["MY_VAR"].replace("$$", "$") == "${PATH}"
 
 
+def test_strings_a_yaml_12_reader_would_take_for_numbers_stay_strings(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """PyYAML writes "09" bare (not an octal in YAML 1.1); compose reads it as a float."""
+    numbers = ["09", "1e5", "2024-1-2", "+inf", "0o17", "1_000", ".5", "TRUE"]
+    spec = load_spec(
+        workspace.stack_file("cpu-1p1d"),
+        [f"decode.extra_args={json.dumps(numbers)}", "decode.env={MY_VAR: '08'}"],
+    )
+    write_rendered(render_stack(make_plan(spec), workspace), tmp_path)
+    compose_file = tmp_path / "compose/cpu-1p1d/compose.yaml"
+    result = subprocess.run(
+        [*compose_cli(), "-f", str(compose_file), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    decode = json.loads(result.stdout)["services"]["decode-0"]
+    assert decode["command"][-len(numbers) :] == numbers
+    assert decode["environment"]["MY_VAR"] == "08"
+
+
 def test_spec_paths_in_dockerfiles_are_json_arrays(workspace: Workspace) -> None:
     overrides = ["images.pip.extra_ca_file=certs/proxy.pem", "images.pip.wheelhouse=wheel+house"]
     spec = load_spec(workspace.stack_file("cpu-1p1d"), overrides)
