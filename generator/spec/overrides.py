@@ -35,7 +35,7 @@ def apply_overrides(
             keys = _keys(dotted, sep)
         except _Refused as exc:
             raise SpecError(source, [SpecIssue(label, exc.problem, exc.fix)]) from exc
-        fix = f"quote it as YAML text: --set '{dotted}=\"...\"'"
+        fix = f"quote it as YAML text: {_label(dotted)}='\"...\"'"
         value = parse_yaml(text, source=source, field=label, syntax_fix=fix)
         try:
             _set_path(data, keys, value)

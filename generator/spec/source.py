@@ -17,7 +17,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import yaml
@@ -82,11 +82,9 @@ def _refuse_duplicate_keys(loader: _BoundedLoader, node: MappingNode) -> None:
         if key_node.tag == _MERGE_TAG:
             continue
         key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-        except TypeError:
-            continue  # unhashable: the safe constructor reports it
-        if duplicate:
+        if not isinstance(key, Hashable):
+            continue  # a list or set as a key: the safe constructor reports it
+        if key in seen:
             raise _Refused(
                 f"line {key_node.start_mark.line + 1}: has the key {key!r} a second time "
                 "(YAML would silently keep only the last value)",
@@ -158,7 +156,7 @@ def parse_yaml(
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """PyYAML's message without its "<unicode string>" source lines: where, then what."""
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
-        return str(exc).replace('in "<unicode string>", ', "").replace("\n", " ")
+        return " ".join(str(exc).replace('in "<unicode string>", ', "").split())
     mark = exc.problem_mark
     text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
     if exc.context:

@@ -52,6 +52,7 @@ def file_refusal(path: Path) -> str:
         (b"name: t\nname: u\n", "line 2: has the key 'name' a second time"),
         (b"prefill: {count: 1, count: 2}\n", "has the key 'count' a second time"),
         (b"a: &a [*a]\n", "has an alias inside its own anchor"),
+        (b"!!set {a}: x\n", "found unhashable key"),
         (b"--- {}\n--- {}\n", "is not valid YAML"),
         (b"", "must be a YAML mapping"),
         (b"- just\n- a list\n", "must be a YAML mapping"),
@@ -128,12 +129,14 @@ def test_paths_that_are_not_files_say_what_they_are(tmp_path: Path) -> None:
         (".".join(["a"] * 40) + "=1", "has 40 keys; no spec setting is that deep"),
         ("decode.extra_args=" + "[" * 100 + "]" * 100, "nests deeper than"),
         (f"decode.extra_args=['x{TOKEN}']", "looks like a Hugging Face token"),
+        ("hosts\x1f=\x1f", "--set 'hosts\\x1f=\\x1f': is not valid YAML: unacceptable character"),
     ],
 )
 def test_bad_set_values_name_the_assignment(assignment: str, expected: str) -> None:
     text = refusal(spec_dict(), assignment)
     assert expected in text
     assert TOKEN not in text
+    assert "\x1f" not in text
 
 
 def test_set_into_a_null_section_creates_it() -> None:
