@@ -16,6 +16,8 @@ Third-party exceptions are translated into these in exactly one place each (pyda
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "SpecIssue",
     "StackError",
     "XpydError",
+    "dotted_field",
 ]
 
 
@@ -52,6 +55,24 @@ class SpecIssue:
 
     def __str__(self) -> str:
         return f"{self.field}: {self.problem}\n    fix: {self.fix}"
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def dotted_field(parts: Iterable[int | str]) -> str:
+    """``SpecIssue.field`` for a path into the spec: ``hosts[0].gpus``. A key that is not a
+    plain word is shown quoted (``env['a b']``): field names come from the user's file and
+    must not carry line breaks or escape sequences into a message."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{part!r}]"
+    return text or "<spec>"
 
 
 class SpecError(XpydError):

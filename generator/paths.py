@@ -6,7 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Workspace", "find_workspace"]
+__all__ = ["RESERVED_IMAGE_DIRS", "Workspace", "find_workspace"]
+
+# The tool's own folders under images/: a stack is never rendered into one of them.
+RESERVED_IMAGE_DIRS = ("assets", "locks", "templates", "wheelhouse")
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,10 @@ class Workspace:
     def stack_file(self, name_or_path: str) -> Path:
         """A stack name (``xpyd``) maps to ``stacks/xpyd.yaml``; anything else is a path."""
         candidate = Path(name_or_path)
-        if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        # A stack name has no "/"; anything else is a path, even a broken link or a loop.
+        if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+            return candidate
+        if os.path.lexists(candidate):
             return candidate
         return self.stacks_dir / f"{name_or_path}.yaml"
 

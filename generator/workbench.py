@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,8 +10,10 @@ from generator.errors import XpydError
 from generator.paths import Workspace, find_workspace
 from generator.plan import Plan, make_plan
 from generator.render import RenderedStack, render_stack
-from generator.render.writer import diff_rendered, write_rendered
+from generator.render.writer import diff_rendered, write_all
 from generator.spec import load_spec
+
+_STACK_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
 
 __all__ = [
     "check_drift",
@@ -18,7 +21,7 @@ __all__ = [
     "render_in_memory",
     "rendered_projects",
     "stack_names",
-    "write_stack",
+    "write_stacks",
 ]
 
 
@@ -46,9 +49,11 @@ def render_in_memory(plan: Plan, workspace: Workspace | None = None) -> Rendered
     return render_stack(plan, workspace or find_workspace())
 
 
-def write_stack(plan: Plan, out: Path | None = None) -> list[Path]:
+def write_stacks(plans: Sequence[Plan], out: Path | None = None) -> list[Path]:
+    """Every plan rendered, then all of them written, or none (any error writes nothing)."""
     workspace = find_workspace()
-    return write_rendered(render_stack(plan, workspace), out or workspace.root)
+    rendered = [render_stack(plan, workspace) for plan in plans]
+    return write_all(rendered, out or workspace.root)
 
 
 def check_drift(plan: Plan, out: Path | None = None) -> list[str]:
@@ -59,15 +64,46 @@ def check_drift(plan: Plan, out: Path | None = None) -> list[str]:
 def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[tuple[str, Path]]:
     """(project name, compose file) of a rendered stack: what `down`, `status` and `logs`
     act on, so they also work for stacks rendered with --set overrides."""
-    import yaml
-
     workspace = workspace or find_workspace()
-    folder = workspace.compose_dir / stack
+    name = _rendered_name(stack, workspace)
+    folder = workspace.compose_dir / name
     files = sorted(folder.glob("compose.yaml")) + sorted(folder.glob("*/compose.yaml"))
     if not files:
-        rendered = sorted(p.name for p in workspace.compose_dir.iterdir() if p.is_dir())
+        compose_dir = workspace.compose_dir
+        rendered = (
+            sorted(p.name for p in compose_dir.iterdir() if p.is_dir())
+            if compose_dir.is_dir()
+            else []
+        )
         raise XpydError(
-            f"no rendered stack named {stack} under {workspace.compose_dir}",
+            f"no rendered stack named {name} under {workspace.compose_dir}",
             hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
         )
-    return [(str(yaml.safe_load(path.read_text(encoding="utf-8"))["name"]), path) for path in files]
+    return [(_project_name(path), path) for path in files]
+
+
+def _rendered_name(stack: str, workspace: Workspace) -> str:
+    """A stack name, or the name inside a spec file given by path: never a path under
+    compose/ (``../..`` would reach other projects)."""
+    if _STACK_NAME.fullmatch(stack):
+        return stack
+    path = workspace.stack_file(stack)
+    if path.exists():
+        return load_spec(path).name
+    raise XpydError(
+        f"{stack!r} is neither a stack name nor a spec file",
+        hint="give the stack's name (its folder under compose/) or its spec's path",
+    )
+
+
+def _project_name(compose_file: Path) -> str:
+    import yaml
+
+    try:
+        document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
+        return str(document["name"])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise XpydError(
+            f"{compose_file} is not a compose file render wrote (no readable name: {exc})",
+            hint="render the stack again",
+        ) from exc

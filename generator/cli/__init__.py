@@ -50,3 +50,13 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:  # a bug: one line here, the traceback with --debug
+        if debug:
+            raise
+        from generator.console import error
+
+        error(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "this is a bug in xpyd-stacks: rerun with --debug for the traceback and report it",
+        )
+        sys.exit(1)

@@ -56,7 +56,9 @@ def doctor(
     ] = "rendered",
     size_mib: Annotated[
         int | None,
-        typer.Option("--size-mib", help="Bytes per transfer (default 1024 GPU, 256 CPU)."),
+        typer.Option(
+            "--size-mib", help="MiB per transfer (default 1024 GPU, 256 CPU).", min=1, max=65536
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -17,6 +18,19 @@ SetOpt = Annotated[
         "--set", help="Override a spec value, e.g. --set router.port=31000.", show_default=False
     ),
 ]
+
+
+def _not_nan(value: float | None) -> float | None:
+    # click's ranges let nan through (every comparison with nan is false)
+    if value is not None and math.isnan(value):
+        raise typer.BadParameter("must be a number, not nan")
+    return value
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise typer.BadParameter("must be a finite number")
+    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -64,31 +78,46 @@ def up(
             "--wait-scale",
             envvar="XPYD_WAIT_SCALE",
             help="Multiply every health deadline (slow hosts).",
+            min=0.01,
+            max=1000.0,
+            callback=_finite,
         ),
     ] = 1.0,
     bench_input_len: Annotated[
-        int, typer.Option(help="Benchmark prompt length in tokens.", rich_help_panel="--bench")
+        int,
+        typer.Option(help="Benchmark prompt length in tokens.", rich_help_panel="--bench", min=1),
     ] = 512,
     bench_output_len: Annotated[
-        int, typer.Option(help="Benchmark output length in tokens.", rich_help_panel="--bench")
+        int,
+        typer.Option(help="Benchmark output length in tokens.", rich_help_panel="--bench", min=1),
     ] = 32,
     bench_prompts: Annotated[
-        int, typer.Option(help="Benchmark request count.", rich_help_panel="--bench")
+        int, typer.Option(help="Benchmark request count.", rich_help_panel="--bench", min=1)
     ] = 32,
     bench_rate: Annotated[
         float | None,
         typer.Option(
-            help="Requests per second (default: back to back).", rich_help_panel="--bench"
+            help="Requests per second (default: back to back).",
+            rich_help_panel="--bench",
+            min=0.001,
+            callback=_not_nan,
         ),
     ] = None,
     bench_burstiness: Annotated[
         float,
-        typer.Option(help="Burstiness of arrivals (1: Poisson).", rich_help_panel="--bench"),
+        typer.Option(
+            help="Burstiness of arrivals (1: Poisson).",
+            rich_help_panel="--bench",
+            min=0.001,
+            callback=_finite,
+        ),
     ] = 1.0,
     bench_max_concurrency: Annotated[
         int | None,
         typer.Option(
-            help="Requests in flight at most (default: no limit).", rich_help_panel="--bench"
+            help="Requests in flight at most (default: no limit).",
+            rich_help_panel="--bench",
+            min=1,
         ),
     ] = None,
 ) -> None:
@@ -165,7 +194,7 @@ def logs(
     service: Annotated[
         str | None, typer.Argument(help="One service (e.g. decode-0); all if omitted.")
     ] = None,
-    tail: Annotated[int | None, typer.Option(help="Only the last N lines.")] = None,
+    tail: Annotated[int | None, typer.Option(help="Only the last N lines.", min=0)] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
     ] = False,

@@ -73,7 +73,8 @@ def render(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Root to write compose/<stack>/ and images/<stack>/ under [default: the checkout]."
+            help="Root to write compose/<stack>/ and images/<stack>/ under "
+            "\\[default: the checkout]."
         ),
     ] = None,
     set_: SetOpt = None,
@@ -92,22 +93,25 @@ def render(
     """
     from generator.console import success, warn
     from generator.errors import DriftError
-    from generator.workbench import check_drift, load_plan, stack_names, write_stack
+    from generator.workbench import check_drift, load_plan, stack_names, write_stacks
 
-    drifted: list[str] = []
-    for name in stack_names(stacks, all_stacks):
-        plan = load_plan(name, set_ or [])
+    # Every spec is loaded and planned before anything is written: one bad stack, none written.
+    plans = [load_plan(name, set_ or []) for name in stack_names(stacks, all_stacks)]
+    for plan in plans:
         for line in plan.warnings:
             warn(f"{plan.stack}: {line}")
-        if check:
-            problems = check_drift(plan, out)
-            if problems:
-                drifted.append(f"{plan.stack}:\n" + "\n".join(f"  {p}" for p in problems))
-            else:
-                success(f"{plan.stack}: committed output is up to date")
-            continue
-        written = write_stack(plan, out)
-        success(f"{plan.stack}: wrote {len(written)} files")
+    if not check:
+        written = write_stacks(plans, out)
+        names = ", ".join(dict.fromkeys(plan.stack for plan in plans))
+        success(f"{names}: wrote {len(written)} files")
+        return
+    drifted: list[str] = []
+    for plan in plans:
+        problems = check_drift(plan, out)
+        if problems:
+            drifted.append(f"{plan.stack}:\n" + "\n".join(f"  {p}" for p in problems))
+        else:
+            success(f"{plan.stack}: committed output is up to date")
     if drifted:
         raise DriftError(
             "rendered output differs from what is committed:\n" + "\n".join(drifted),

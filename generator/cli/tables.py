@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from generator.plan import Plan
 
@@ -25,18 +26,24 @@ def _console() -> Console:
     return console if console.is_terminal else Console(highlight=False, width=140)
 
 
+def _plain(*cells: str) -> list[Text]:
+    """Table cells as text: a str cell would be read as rich markup."""
+    return [Text(cell) for cell in cells]
+
+
 def print_plan(plan: Plan) -> None:
     console = _console()
-    console.print(
-        f"[bold]{plan.stack}[/bold]: {plan.topology.value}, {plan.profile.value} profile, "
+    summary = (
+        f": {plan.topology.value}, {plan.profile.value} profile, "
         f"{len(plan.prefill)}P{len(plan.decode)}D, {plan.network} network, "
         f"RDMA {'on' if plan.rdma else 'off'}, router {plan.router.kind.value} "
         f"at {plan.router.advertise_host}:{plan.router.port}"
     )
+    console.print(Text.assemble((plan.stack, "bold"), summary))
     console.print(_engines(plan))
     console.print(_ports(plan))
     for line in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {line}")
+        console.print(Text.assemble(("warning:", "yellow"), " ", line))
 
 
 def _engines(plan: Plan) -> Table:
@@ -57,7 +64,7 @@ def _engines(plan: Plan) -> Table:
         else:
             kv = "-"
         table.add_row(
-            engine.name, engine.host, ids, *sees, str(engine.tp), str(engine.http_port), kv
+            *_plain(engine.name, engine.host, ids, *sees, str(engine.tp), str(engine.http_port), kv)
         )
     return table
 
@@ -72,7 +79,7 @@ def _ports(plan: Plan) -> Table:
         table.add_column(column)
     for host, first, last, owner, purpose in _port_runs(plan):
         span = str(first) if first == last else f"{first}-{last}"
-        table.add_row(host, span, owner, purpose)
+        table.add_row(*_plain(host, span, owner, purpose))
     return table
 
 
@@ -95,7 +102,7 @@ def _span(ports: tuple[int, ...]) -> str:
 
 
 def print_verdict(plan: Plan, result: SmokeResult) -> None:
-    table = Table(title=f"{plan.stack}: smoke verdict", title_justify="left")
+    table = Table(title=Text(f"{plan.stack}: smoke verdict"), title_justify="left")
     for column in ("check", "observed", "expected", "result"):
         table.add_column(column)
     colors = {"PASS": "green", "FAIL": "red", "n/a": "dim", "WARN": "yellow", "info": "cyan"}
@@ -105,19 +112,19 @@ def print_verdict(plan: Plan, result: SmokeResult) -> None:
     console = _console()
     console.print(table)
     verdict = "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]"
-    console.print(f"verdict: {verdict}  (completion: {result.completion_text[:60]!r})")
+    console.print(f"verdict: {verdict}  (completion: {escape(repr(result.completion_text[:60]))})")
 
 
 def print_status(project: str, states: list[ServiceState], last_run: dict[str, Any] | None) -> None:
     console = _console()
-    table = Table(title=f"{project}", title_justify="left")
+    table = Table(title=Text(project), title_justify="left")
     for column in ("service", "state", "health", "ports"):
         table.add_column(column)
     for state in states:
         table.add_row(
-            state.service, state.status, state.health or "-", ", ".join(state.ports) or "-"
+            *_plain(state.service, state.status, state.health or "-", ", ".join(state.ports) or "-")
         )
-    console.print(table if states else f"{project}: no containers")
+    console.print(table if states else Text(f"{project}: no containers"))
     if last_run is not None:
         tasks = last_run.get("tasks", {})
         failed = [
@@ -126,9 +133,11 @@ def print_status(project: str, states: list[ServiceState], last_run: dict[str, A
             if task.get("state") in ("failed", "upstream_failed")
         ]
         console.print(
-            f"last run {last_run['run_id']}: {last_run['status']} ({last_run['started_at']} .. "
-            f"{last_run.get('ended_at') or 'running'})"
-            + (f", failed: {', '.join(failed)}" if failed else "")
+            Text(
+                f"last run {last_run['run_id']}: {last_run['status']} ({last_run['started_at']} "
+                f".. {last_run.get('ended_at') or 'running'})"
+                + (f", failed: {', '.join(failed)}" if failed else "")
+            )
         )
 
 
@@ -139,12 +148,18 @@ def print_dag(graph: Graph) -> None:
             task = graph.by_name[name]
             after = ", ".join(u.name for u in task.upstream) or "-"
             marker = " (teardown)" if task.teardown else ""
-            line = f"{depth:2d}  [bold]{name}[/bold]{marker}  after: {after}"
-            console.print(f"{line}  [dim]{task.description}[/dim]")
+            console.print(
+                Text.assemble(
+                    f"{depth:2d}  ",
+                    (name, "bold"),
+                    f"{marker}  after: {after}  ",
+                    (task.description, "dim"),
+                )
+            )
 
 
 def print_doctor(report: DoctorReport) -> None:
-    table = Table(title=f"doctor: {report.stack} on host {report.host}", title_justify="left")
+    table = Table(title=Text(f"doctor: {report.stack} on host {report.host}"), title_justify="left")
     for column in ("check", "expected", "found", "verdict", "fix"):
         table.add_column(column)
     colors = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}

@@ -153,7 +153,7 @@ def _compose_with(view: HostView, services: dict[str, dict[str, Any]]) -> Iterat
     """The rendered compose project, or a temporary copy beside it whose pair services are
     replaced (relative paths in it keep working): removed afterwards."""
     from generator.docker import ComposeStack
-    from generator.render.compose import dump_yaml
+    from generator.render.compose import compose_text
 
     rendered_file = view.workspace.root / view.project.compose_file
     document = view.project.document
@@ -163,7 +163,7 @@ def _compose_with(view: HostView, services: dict[str, dict[str, Any]]) -> Iterat
     variant = copy.deepcopy(document)
     variant["services"].update(services)
     path = rendered_file.with_name(f".doctor-kvpath-{uuid.uuid4().hex[:8]}.yaml")
-    path.write_text(dump_yaml(variant), encoding="utf-8")
+    path.write_text(compose_text(variant, header=""), encoding="utf-8")
     try:
         yield ComposeStack(path, view.project.name)
     finally:

@@ -1,5 +1,6 @@
 """Rendering: Plan -> files (Dockerfiles under images/<stack>/, compose projects, LMCache and
-router configs, plan.json under compose/<stack>/). Pure: returns text, writes nothing."""
+router configs, plan.json under compose/<stack>/, a manifest of them in each stack folder).
+Pure: returns text, writes nothing."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import PurePosixPath
 
 from generator.paths import Workspace
 from generator.plan import Plan
-from generator.render.compose import ComposeProject, compose_projects, dump_yaml
+from generator.render.compose import ComposeProject, compose_projects, compose_text
 from generator.render.images import ImageBuild, plan_images
+from generator.render.manifest import MANIFEST_NAME, manifest_text
 
 __all__ = ["ComposeProject", "ImageBuild", "RenderedStack", "render_stack"]
 
@@ -18,7 +20,7 @@ __all__ = ["ComposeProject", "ImageBuild", "RenderedStack", "render_stack"]
 class RenderedStack:
     stack: str
     files: dict[PurePosixPath, str]  # relative to the output root
-    owned_dirs: tuple[PurePosixPath, ...]  # replaced as a whole: stale files disappear
+    owned_dirs: tuple[PurePosixPath, ...]  # each with a manifest of the files render owns
     images: tuple[ImageBuild, ...]
     projects: tuple[ComposeProject, ...]
 
@@ -30,10 +32,13 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     images_dir = PurePosixPath("images") / plan.stack
     files: dict[PurePosixPath, str] = {image.dockerfile: image.text for image in images}
     for project in projects:
-        files[project.compose_file] = dump_yaml(project.document, header=_compose_header(plan))
+        files[project.compose_file] = compose_text(project.document, header=_compose_header(plan))
         for relative, text in project.files.items():
             files[project.directory / relative] = text
     files[compose_dir / "plan.json"] = plan.model_dump_json(indent=2) + "\n"
+    for folder in (compose_dir, images_dir):
+        listed = [path.relative_to(folder) for path in files if folder in path.parents]
+        files[folder / MANIFEST_NAME] = manifest_text(plan.stack, listed)
     return RenderedStack(
         plan.stack, files, (compose_dir, images_dir), tuple(images), tuple(projects)
     )

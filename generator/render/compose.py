@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -21,7 +22,7 @@ from generator.render.services import (
 )
 from generator.spec import RouterKind, Topology
 
-__all__ = ["ComposeProject", "compose_projects", "dump_yaml", "project_name"]
+__all__ = ["ComposeProject", "compose_projects", "compose_text", "dump_yaml", "project_name"]
 
 _MODEL_CACHE_VOLUME = "xpyd-model-cache"  # shared by every stack on a host: download once
 _VLLM_CACHE_VOLUME = "xpyd-vllm-cache"  # vLLM's own caches, kept across container restarts
@@ -160,11 +161,49 @@ def _header(plan: Plan) -> str:
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+# Strings that PyYAML (YAML 1.1) writes bare but a YAML 1.2 reader such as docker compose's
+# takes for a number, bool, null or date: "09" is a float there, "1e5" too, "2024-1-2" a
+# timestamp; a command list holding one fails `compose config` ("must be a string").
+_YAML12_NOT_A_STRING = re.compile(
+    r"~|null|Null|NULL|true|True|TRUE|false|False|FALSE"
+    r"|[-+]?(?:0[xXoObB][0-9a-fA-F_]+|[0-9][0-9_]*)"
+    r"|[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9_]+)?"
+    r"|[-+]?0[xX][0-9a-fA-F_.]*[pP][-+]?[0-9_]+"
+    r"|[-+]?\.?(?:[iI][nN][fF](?:[iI][nN][iI][tT][yY])?|[nN][aA][nN])"
+    r"|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt ].*)?"
+)
+
+
 class _PlainDumper(_Dumper):  # type: ignore[valid-type,misc]
     """No ``&id001`` anchors: services that share a build section each spell it out."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "'" if _YAML12_NOT_A_STRING.fullmatch(data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_PlainDumper.add_representer(str, _represent_str)
+
+
+def compose_text(document: dict[str, Any], *, header: str) -> str:
+    """A compose file. Compose interpolates ``$VAR`` and ``${VAR}`` in every value from the
+    host's environment and ``.env``: each ``$`` of ours is written ``$$`` so that a value
+    like ``${AWS_SECRET_ACCESS_KEY}`` in an extra arg reaches the container as written."""
+    return dump_yaml(_literal_dollars(document), header=header)
+
+
+def _literal_dollars(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [_literal_dollars(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _literal_dollars(item) for key, item in value.items()}
+    return value
 
 
 def dump_yaml(data: Any, *, header: str = "") -> str:

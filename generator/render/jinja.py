@@ -1,7 +1,17 @@
-"""The one jinja2 environment: StrictUndefined, so a missing value fails the render."""
+"""The one jinja2 environment: StrictUndefined, so a missing value fails the render.
+
+Two filters put spec values into Dockerfiles safely. ``exec_form`` writes a JSON array
+(COPY/RUN/CMD without a shell: a value stays one argument, whatever it holds).
+``arg_value`` guards ARG defaults, which Docker splits on whitespace and expands ``$`` in:
+the spec's types already refuse such values, and the filter fails a render that would
+carry one anyway.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -12,10 +22,25 @@ from generator.errors import RenderError
 
 __all__ = ["render_template"]
 
+_ARG_VALUE = re.compile(r"[^\s\"'`$\\]+")
+
+
+def exec_form(items: Iterable[str]) -> str:
+    return json.dumps(list(items), ensure_ascii=False)
+
+
+def arg_value(value: object) -> str:
+    text = str(value)
+    if not _ARG_VALUE.fullmatch(text):
+        raise jinja2.TemplateRuntimeError(
+            f"{text!r} cannot be an ARG default: it holds whitespace, a quote, '$' or '\\'"
+        )
+    return text
+
 
 @cache
 def _environment(templates_dir: Path) -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -23,6 +48,9 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    environment.filters["exec_form"] = exec_form
+    environment.filters["arg_value"] = arg_value
+    return environment
 
 
 def render_template(templates_dir: Path, name: str, **context: Any) -> str:

@@ -155,11 +155,32 @@ def _model_source(spec: Spec) -> Iterator[SpecIssue]:
             f"is only used with model.source: host-path (source is {model.source})",
             "remove model.host_path, or set model.source: host-path",
         )
+    if model.source == "host-path" and not model.id.startswith("/"):
+        yield SpecIssue(
+            "model.id",
+            "with model.source: host-path the model is mounted at model.id: it must be the "
+            "absolute path inside the containers",
+            "set model.id to e.g. /models/llama",
+        )
     if model.source == "synthetic" and not model.id.startswith("/"):
         yield SpecIssue(
             "model.id",
             "a synthetic model is made inside the image: its id must be the absolute path there",
             "set model.id to e.g. /opt/xpyd/models/tiny-llama",
+        )
+
+
+def _token_source(spec: Spec) -> Iterator[SpecIssue]:
+    token = spec.hf.token
+    if token is None:
+        return
+    given = [name for name in ("env", "file", "env_file") if getattr(token, name) is not None]
+    if len(given) != 1:
+        found = f"gives {' and '.join(given)}" if given else "gives none"
+        yield SpecIssue(
+            "hf.token",
+            f"must give exactly one source of the token, but {found}",
+            "keep one of env, file or env_file (or remove hf.token for public models)",
         )
 
 
@@ -221,6 +242,7 @@ _CHECKS: tuple[Check, ...] = (
     _tensor_parallel,
     _profile_settings,
     _model_source,
+    _token_source,
     _hosts,
     _placement,
 )

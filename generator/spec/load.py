@@ -3,37 +3,27 @@
 
 from __future__ import annotations
 
-import copy
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from generator.errors import SpecError, SpecIssue
+from generator.errors import SpecError, SpecIssue, dotted_field
 from generator.spec.checks import check_spec
 from generator.spec.models import Spec
+from generator.spec.overrides import apply_overrides
+from generator.spec.secrets import inline_secrets
+from generator.spec.source import parse_yaml, read_spec
 
 __all__ = ["apply_overrides", "load_spec", "parse_spec"]
 
-# Hugging Face user access tokens: "hf_" and ~34 letters/digits.
-_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+_MAX_SHOWN = 80  # characters of a refused value shown back
 
 
 def load_spec(path: Path, overrides: Sequence[str] = ()) -> Spec:
-    source = str(path)
-    if not path.is_file():
-        raise SpecError(source, [SpecIssue("<file>", "does not exist", _missing_file_fix(path))])
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(
-            source, [SpecIssue("<file>", f"is not valid YAML: {exc}", "fix the YAML syntax")]
-        ) from exc
-    return parse_spec(raw, source=source, overrides=overrides)
+    text = read_spec(path, missing_fix=_missing_file_fix(path))
+    return parse_spec(parse_yaml(text, source=str(path)), source=str(path), overrides=overrides)
 
 
 def parse_spec(raw: object, *, source: str, overrides: Sequence[str] = ()) -> Spec:
@@ -42,7 +32,7 @@ def parse_spec(raw: object, *, source: str, overrides: Sequence[str] = ()) -> Sp
             source, [SpecIssue("<file>", "must be a YAML mapping", "see stacks/xpyd.yaml")]
         )
     data = apply_overrides(raw, overrides, source=source)
-    secret_issues = list(_inline_secrets(data, ""))
+    secret_issues = list(inline_secrets(data))
     if secret_issues:
         raise SpecError(source, secret_issues)  # never echo the rest of a file holding a token
     try:
@@ -53,94 +43,6 @@ def parse_spec(raw: object, *, source: str, overrides: Sequence[str] = ()) -> Sp
     if issues:
         raise SpecError(source, issues)
     return spec
-
-
-def apply_overrides(
-    raw: dict[str, Any], overrides: Sequence[str], *, source: str
-) -> dict[str, Any]:
-    """``a.b.c=value`` sets a nested key; the value is parsed as YAML (``3``, ``true``)."""
-    data: dict[str, Any] = copy.deepcopy(raw)
-    for assignment in overrides:
-        dotted, sep, text = assignment.partition("=")
-        if not sep or not dotted:
-            raise SpecError(
-                source,
-                [
-                    SpecIssue(
-                        f"--set {assignment}", "is not KEY=VALUE", "write e.g. --set decode.count=3"
-                    )
-                ],
-            )
-        _set_path(data, dotted.split("."), yaml.safe_load(text), assignment, source)
-    return data
-
-
-def _set_path(
-    data: dict[str, Any], keys: list[str], value: object, assignment: str, source: str
-) -> None:
-    node: Any = data
-    for position, key in enumerate(keys[:-1]):
-        nxt = (
-            node[int(key)]
-            if isinstance(node, list) and key.isdigit() and int(key) < len(node)
-            else None
-        )
-        if isinstance(node, dict):
-            nxt = node.setdefault(key, {})
-        if not isinstance(nxt, dict | list):
-            where = ".".join(keys[: position + 1])
-            raise SpecError(
-                source,
-                [
-                    SpecIssue(
-                        f"--set {assignment}",
-                        f"{where} is not a mapping or list",
-                        "set a leaf value",
-                    )
-                ],
-            )
-        node = nxt
-    last = keys[-1]
-    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
-        node[int(last)] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise SpecError(
-            source,
-            [
-                SpecIssue(
-                    f"--set {assignment}",
-                    "points into a list past its end",
-                    "use an existing index",
-                )
-            ],
-        )
-
-
-def _inline_secrets(node: object, path: str) -> Iterator[SpecIssue]:
-    if isinstance(node, dict):
-        token = node.get("token") if path == "hf" else None
-        if isinstance(token, str):
-            yield SpecIssue(
-                "hf.token",
-                "holds a literal value; the token must never be written into a stack file",
-                _TOKEN_FIX,
-            )
-        for key, value in node.items():
-            if not (path == "hf" and key == "token" and isinstance(value, str)):
-                yield from _inline_secrets(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(node, list):
-        for index, item in enumerate(node):
-            yield from _inline_secrets(item, f"{path}[{index}]")
-    elif isinstance(node, str) and _HF_TOKEN.search(node):
-        yield SpecIssue(path, "contains what looks like a Hugging Face token", _TOKEN_FIX)
-
-
-_TOKEN_FIX = (
-    "remove it and say where the token comes from instead: hf.token: {env: HF_TOKEN} "
-    "(a compose secret read from your shell), {file: path/to/token} or {env_file: path/to/.env}"
-)
 
 
 def _translate(error: ErrorDetails) -> SpecIssue:
@@ -158,18 +60,43 @@ def _translate(error: ErrorDetails) -> SpecIssue:
             "is not a known setting",
             f"remove it or fix the spelling; settings here: {', '.join(known)}",
         )
-    if kind in ("literal_error", "enum"):
+    if kind == "xpyd_value":  # our own types (spec/types.py): the message and fix are theirs
+        context = error.get("ctx") or {}
         return SpecIssue(
-            field, f"{error['msg']} (got {error.get('input')!r})", "use one of the values listed"
+            field, f"{context['problem']} (got {_shown(error, loc)})", str(context["fix"])
         )
-    return SpecIssue(field, f"{error['msg']} (got {error.get('input')!r})", f"correct {field}")
+    problem = f"{error['msg']} (got {_shown(error, loc)})"
+    if kind == "string_type" and isinstance(error.get("input"), int | float | bool):
+        return SpecIssue(field, problem, f'quote it if it is meant as text: {field}: "..."')
+    return SpecIssue(field, problem, _FIXES.get(kind, f"correct {field}"))
+
+
+# Fixes for pydantic's error types, where "correct the field" says too little.
+_FIXES = {
+    "literal_error": "use one of the values listed",
+    "enum": "use one of the values listed",
+    "int_type": "write a whole number (not true/false, not quoted, no decimals)",
+    "float_type": "write a number (not true/false, not quoted)",
+    "bool_type": "write true or false",
+    "finite_number": "write a finite number",
+    "list_type": "write a list, e.g. [a, b]",
+    "dict_type": "write a mapping of settings (key: value)",
+    "model_type": "write a mapping of settings (key: value)",
+}
+
+
+def _shown(error: ErrorDetails, loc: tuple[int | str, ...]) -> str:
+    """The refused value, shortened; never anything under hf.token."""
+    if tuple(loc[:2]) == ("hf", "token"):
+        return "a value not shown: it may be a token"
+    text = repr(error.get("input"))
+    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "<spec>"
+    if loc and loc[-1] == "[key]":  # pydantic's marker: the key itself is wrong
+        return f"{dotted_field(loc[:-1])} (the key)"
+    return dotted_field(loc)
 
 
 def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
@@ -194,7 +121,10 @@ def _model_in(annotation: object) -> type[BaseModel] | None:
 
 
 def _missing_file_fix(path: Path) -> str:
-    stacks = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+    try:
+        stacks = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+    except OSError:
+        stacks = []
     return (
         f"pick one of: {', '.join(stacks)}" if stacks else "give a stack name or a path to a .yaml"
     )

@@ -10,7 +10,36 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from generator.paths import RESERVED_IMAGE_DIRS
+from generator.spec.types import (
+    AbsolutePath,
+    Arg,
+    CheckoutPath,
+    CsvDeviceIds,
+    CsvHostNames,
+    CsvPorts,
+    DnsLabel,
+    EnvName,
+    EnvValue,
+    HeaderName,
+    HostAddress,
+    ImageRef,
+    ModelRef,
+    NixlBackend,
+    Port,
+    Repository,
+    ServedName,
+    Text,
+    TokenPath,
+    UcxDevices,
+    UcxTransports,
+    Url,
+    Version,
+    Word,
+    refuse,
+)
 
 __all__ = [
     "GpuAccess",
@@ -37,22 +66,21 @@ __all__ = [
     "VersionOverrides",
 ]
 
-Port = Annotated[int, Field(ge=1024, le=65535)]
-DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")]
+
+def _own_folder_name(name: str) -> str:
+    """A stack renders into images/<name>/: never into one of the tool's own folders there."""
+    if name in RESERVED_IMAGE_DIRS:
+        raise refuse(
+            f"{name!r} is the name of the tool's own folder images/{name}/",
+            f"pick another name (not one of: {', '.join(RESERVED_IMAGE_DIRS)})",
+        )
+    return name
 
 
-def _split_csv(value: object) -> object:
-    """Accept seed-style CSV strings ("a,b") wherever a list is expected."""
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    if isinstance(value, int):
-        return [value]
-    return value
-
-
-CsvStrs = Annotated[list[str], BeforeValidator(_split_csv)]
-CsvPorts = Annotated[list[Port], BeforeValidator(_split_csv)]
-CsvInts = Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_split_csv)]
+StackName = Annotated[DnsLabel, AfterValidator(_own_folder_name)]
+Args = Annotated[list[Arg], Field(max_length=1024)]
+# Enum fields take their values as strings (strict mode alone would want enum instances).
+Lax = Field(strict=False)
 
 
 class Topology(StrEnum):
@@ -79,38 +107,41 @@ class RouterKind(StrEnum):
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no silent coercion (`count: true` is not 1, "2" is not 2); no inf/nan either.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ModelSpec(StrictModel):
-    id: str = Field(min_length=1, description="HF repo id, or a path inside the containers")
+    id: ModelRef = Field(description="HF repo id, or a path inside the containers")
     source: Literal["hub", "host-path", "synthetic"] = "hub"
-    host_path: str | None = Field(None, description="host directory mounted read-only (host-path)")
-    served_name: str | None = None
+    host_path: AbsolutePath | None = Field(
+        None, description="host directory mounted read-only (host-path)"
+    )
+    served_name: ServedName | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    max_model_len: int | None = Field(None, gt=0)
-    extra_args: list[str] = Field(default_factory=list)
+    max_model_len: int | None = Field(None, gt=0, le=100_000_000)
+    extra_args: Args = Field(default_factory=list)
 
 
 class GroupSpec(StrictModel):
     count: int = Field(1, ge=1, le=4096)
     tp: int = Field(1, ge=1, le=64, description="tensor parallel size")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    extra_args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: Args = Field(default_factory=list)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
 
 
 class HostSpec(StrictModel):
     name: DnsLabel
-    address: str = Field("127.0.0.1", min_length=1)
-    gpus: CsvInts | None = None
-    cpus: CsvInts | None = None
+    address: HostAddress = "127.0.0.1"
+    gpus: CsvDeviceIds | None = None
+    cpus: CsvDeviceIds | None = None
 
 
 class GroupPlacement(StrictModel):
-    hosts: CsvStrs = Field(min_length=1)
-    http_ports: CsvPorts | None = None
-    gpus: list[CsvInts] | None = None
+    hosts: CsvHostNames = Field(min_length=1, max_length=4096)
+    http_ports: CsvPorts | None = Field(None, max_length=4096)
+    gpus: list[CsvDeviceIds] | None = Field(None, max_length=4096)
 
 
 class PlacementSpec(StrictModel):
@@ -121,19 +152,19 @@ class PlacementSpec(StrictModel):
 class LMCacheServerSpec(StrictModel):
     """`lmcache server` settings (nixl-mp): one server per vLLM instance."""
 
-    l1_size_gb: float | None = Field(None, gt=0)
+    l1_size_gb: float | None = Field(None, gt=0, le=1 << 20)
     eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
     supported_transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"] | None = None
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: Args = Field(default_factory=list)
 
 
 class LMCachePDSpec(StrictModel):
     """LMCache's in-process P/D transfer (lmcache-pd)."""
 
-    prefill_buffer_bytes: int = Field(1 << 30, gt=0)
-    decode_buffer_bytes: int = Field(2 << 30, gt=0)
+    prefill_buffer_bytes: int = Field(1 << 30, gt=0, le=1 << 40)
+    decode_buffer_bytes: int = Field(2 << 30, gt=0, le=1 << 40)
     buffer_device: Literal["cuda", "cpu"] | None = None
-    backends: list[str] = Field(default_factory=lambda: ["UCX"])
+    backends: list[NixlBackend] = Field(default_factory=lambda: ["UCX"], min_length=1)
 
 
 class LMCacheSpec(StrictModel):
@@ -143,61 +174,67 @@ class LMCacheSpec(StrictModel):
 
 
 class RouterSpec(StrictModel):
-    kind: RouterKind | None = None
-    host: str | None = None
+    kind: Annotated[RouterKind, Lax] | None = None
+    host: DnsLabel | None = None
     port: Port | None = None
     prometheus_port: Port | None = None
     notify_port: Port | None = Field(None, description="proxy ZMQ PULL port (lmcache-pd)")
-    policy: str = "round_robin"
-    session_header: str | None = Field(None, min_length=1)
-    extra_args: list[str] = Field(default_factory=list)
+    policy: Word = "round_robin"
+    session_header: HeaderName | None = None
+    extra_args: Args = Field(default_factory=list)
 
 
 class GpuSpec(StrictModel):
-    access: GpuAccess = GpuAccess.DEVICE_REQUESTS
+    access: Annotated[GpuAccess, Lax] = GpuAccess.DEVICE_REQUESTS
 
 
 class NetworkingSpec(StrictModel):
     rdma: bool | None = Field(
         None, description="map RDMA devices; default: only where KV crosses hosts"
     )
-    ucx_tls: str | None = None
-    ucx_net_devices: str | None = "all"
+    ucx_tls: UcxTransports | None = None
+    ucx_net_devices: UcxDevices | None = "all"
 
 
 class VersionOverrides(StrictModel):
     """GPU image pins (cpu and router images install exactly images/locks/*.txt)."""
 
-    vllm: str | None = None
-    lmcache: str | None = None
-    nixl: str | None = None
+    vllm: Version | None = None
+    lmcache: Version | None = None
+    nixl: Version | None = None
 
 
 class PipSpec(StrictModel):
-    index_url: str | None = None
-    extra_index_urls: list[str] = Field(default_factory=list)
-    extra_ca_file: str | None = Field(None, description="PEM bundle under images/, for proxies")
-    wheelhouse: str | None = Field(None, description="folder under images/ with every wheel")
+    index_url: Url | None = None
+    extra_index_urls: list[Url] = Field(default_factory=list, max_length=64)
+    extra_ca_file: CheckoutPath | None = Field(
+        None, description="PEM bundle under images/, for proxies"
+    )
+    wheelhouse: CheckoutPath | None = Field(
+        None, description="folder under images/ with every wheel"
+    )
 
 
 class ImagesSpec(StrictModel):
-    engine_base: str | None = None
-    router_base: str | None = None
-    registry: str = Field("xpyd", pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
+    engine_base: ImageRef | None = None
+    router_base: ImageRef | None = None
+    registry: Repository = "xpyd"
     versions: VersionOverrides = Field(default_factory=VersionOverrides)
     pip: PipSpec = Field(default_factory=PipSpec)
 
 
 class TokenSource(StrictModel):
-    """Where the HF token comes from. Never the token itself."""
+    """Where the HF token comes from (exactly one of these: checks.py). Never the token."""
 
-    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    file: str | None = None
-    env_file: str | None = None
+    env: EnvName | None = None
+    file: TokenPath | None = None
+    env_file: TokenPath | None = None
 
 
 class HFSpec(StrictModel):
-    cache_dir: str | None = None
+    cache_dir: AbsolutePath | None = Field(
+        None, description="host folder bound as the model cache volume"
+    )
     token: TokenSource | None = None
     offline: bool = False
 
@@ -220,14 +257,16 @@ class PortBases(StrictModel):
 
 
 class Spec(StrictModel):
-    name: DnsLabel
-    description: str = ""
-    topology: Topology
-    profile: Profile = Profile.GPU
+    name: StackName
+    description: Text = ""
+    topology: Annotated[Topology, Lax]
+    profile: Annotated[Profile, Lax] = Profile.GPU
     model: ModelSpec
     prefill: GroupSpec = Field(default_factory=GroupSpec)
     decode: GroupSpec = Field(default_factory=GroupSpec)
-    hosts: list[HostSpec] = Field(default_factory=lambda: [HostSpec(name="local")], min_length=1)
+    hosts: list[HostSpec] = Field(
+        default_factory=lambda: [HostSpec(name="local")], min_length=1, max_length=4096
+    )
     placement: PlacementSpec | None = None
     lmcache: LMCacheSpec = Field(default_factory=LMCacheSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.text import Text
+
 from generator.console import info
 from generator.docker import ComposeStack
 from generator.paths import Workspace
@@ -71,7 +73,8 @@ class RunContext:
         return self.record.directory
 
     def progress(self, message: str) -> None:
-        info(f"[dim]{time.monotonic() - self._started:6.1f}s[/dim] {message}")
+        elapsed = f"{time.monotonic() - self._started:6.1f}s"
+        info(Text.assemble((elapsed, "dim"), " ", message))
 
     def failed(self) -> bool:
         from generator.workflow.task import FAILED_STATES

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from rich.text import Text
+
 from generator.console import error, info, stderr
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
@@ -18,6 +22,9 @@ __all__ = ["dag_of", "make_context", "up_stack"]
 _LOG_TAIL = 30
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
 def dag_of(plan: Plan) -> Graph:
     return build_graph(plan)
 
@@ -29,6 +36,11 @@ def make_context(
         raise XpydError(
             f"{plan.stack} spans {len(plan.hosts)} hosts; `up` drives one Docker engine",
             hint=f"run each compose/{plan.stack}/<host>/ on its host (multi-host up comes later)",
+        )
+    if run_id is not None and not _RUN_ID.fullmatch(run_id):
+        raise XpydError(
+            f"--run-id {run_id!r} is not a plain folder name (it names runs/<run-id>/)",
+            hint="use letters, digits, '.', '_' and '-' (at most 100, not starting with '.')",
         )
     rendered = render_stack(plan, workspace)
     run_id = run_id or new_run_id(plan.stack)
@@ -77,7 +89,8 @@ def _report_failure(context: RunContext, failure: TaskFailure) -> None:
     for state in context.stack.ps():
         if state.exited or state.health == "unhealthy":
             health = state.health or "no health"
-            stderr.print(f"[red]{state.service}[/red] is {state.status} ({health}); last lines:")
+            line = f" is {state.status} ({health}); last lines:"
+            stderr.print(Text.assemble((state.service, "red"), line))
             stderr.print(
                 context.stack.logs(state.service, tail=_LOG_TAIL), markup=False, highlight=False
             )

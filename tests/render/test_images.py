@@ -45,7 +45,7 @@ def test_gpu_engine_installs_the_lock_with_hashes_and_checks_itself(workspace: W
 
 def test_gpu_wheelhouse_build_installs_the_same_lock_offline(workspace: Workspace) -> None:
     text = engine_base(workspace, "xpyd", "images.pip.wheelhouse=wheelhouse").text
-    assert "COPY images/wheelhouse/ /tmp/wheelhouse/" in text
+    assert 'COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]' in text
     assert "python3 -m pip install --no-index --find-links /tmp/wheelhouse" in text
     assert "--require-hashes --no-deps -r /tmp/requirements.lock" in text
     assert f"COPY {GPU_ENGINE_LOCK} /tmp/requirements.lock" in text
