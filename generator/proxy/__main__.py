@@ -12,6 +12,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -67,29 +68,32 @@ async def _serve(config: ProxyConfig, *, access_log: bool) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    listener = _bind(config)  # first: a port in use is the only line printed
     runner = Proxy(config).runner(access_log=access_log)
-    await runner.setup()
     try:
-        await _listen(runner, config)
+        await runner.setup()
+        await web.SockSite(runner, listener).start()
+        sides = f"{len(config.prefill)} prefiller(s), {len(config.decode)} decoder(s)"
+        host, port = config.listen.host, config.listen.port
+        print(
+            f"xpyd proxy listening on http://{host}:{port} ({config.protocol}, {sides})",
+            file=sys.stderr,
+            flush=True,
+        )
         await stop.wait()
     finally:
         await runner.cleanup()
+        listener.close()
 
 
-async def _listen(runner: web.AppRunner, config: ProxyConfig) -> None:
+def _bind(config: ProxyConfig) -> socket.socket:
     host, port = config.listen.host, config.listen.port
-    site = web.TCPSite(runner, host, port, backlog=_BACKLOG)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        await site.start()
+        return socket.create_server((host, port), family=family, backlog=_BACKLOG)
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise StartupError(f"cannot listen on {host}:{port}: {reason}") from exc
-    sides = f"{len(config.prefill)} prefiller(s), {len(config.decode)} decoder(s)"
-    print(
-        f"xpyd proxy listening on http://{host}:{port} ({config.protocol}, {sides})",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def _raise_open_file_limit(config: ProxyConfig) -> None:

@@ -111,13 +111,13 @@ async def handle_generate(
     try:
         response = await _generate(ctx, exchange)
     except ProxyError as error:
-        ctx.metrics.requests.labels(kind, str(error.status)).inc()
+        ctx.metrics.of(ctx.metrics.requests, kind, str(error.status)).inc()
         return error.response(exchange.headers)
     finally:
         exchange.held.release()
         if ctx.notices is not None and exchange.kv_id:
             ctx.notices.forget(exchange.kv_id)
-    ctx.metrics.requests.labels(kind, str(response.status)).inc()
+    ctx.metrics.of(ctx.metrics.requests, kind, str(response.status)).inc()
     return response
 
 
@@ -177,7 +177,7 @@ async def _prefill(
             return await _prefill_once(ctx, exchange, prefiller), prefiller
         except _CONNECT_ERRORS as exc:
             ctx.prefill.eject(prefiller)
-            ctx.metrics.errors.labels("prefill_connect", prefiller.name).inc()
+            ctx.metrics.of(ctx.metrics.errors, "prefill_connect", prefiller.name).inc()
             ctx.log.warning("%s: %s", prefiller.name, exc)  # the address stays in the log
             tried.append(prefiller.name)
             unreachable = ProxyError(502, "prefill_unreachable", f"{', '.join(tried)} unreachable")
@@ -195,7 +195,7 @@ async def _prefill_once(
     if ctx.notices is not None:
         ctx.notices.expect(exchange.kv_id, prefiller.config.tp)
     prefiller.outstanding += 1
-    ctx.metrics.backend_requests.labels("prefill", prefiller.name).inc()
+    ctx.metrics.of(ctx.metrics.backend_requests, "prefill", prefiller.name).inc()
     started = time.perf_counter()
     try:
         async with ctx.client.post(
@@ -208,16 +208,18 @@ async def _prefill_once(
                 reply, role="prefill", backend=prefiller.name, redact=ctx.redact
             )
     except ProxyError:
-        ctx.metrics.errors.labels("prefill_status", prefiller.name).inc()
+        ctx.metrics.of(ctx.metrics.errors, "prefill_status", prefiller.name).inc()
         raise
     except TimeoutError as exc:
-        ctx.metrics.errors.labels("prefill_timeout", prefiller.name).inc()
+        ctx.metrics.of(ctx.metrics.errors, "prefill_timeout", prefiller.name).inc()
         raise ProxyError(504, "prefill_timeout", f"{prefiller.name} took too long") from exc
     except aiohttp.ClientPayloadError as exc:
         raise ProxyError(502, "prefill_failed", f"{prefiller.name} broke its answer") from exc
     finally:
         prefiller.outstanding -= 1
-    ctx.metrics.prefill_seconds.labels(prefiller.name).observe(time.perf_counter() - started)
+    ctx.metrics.of(ctx.metrics.prefill_seconds, prefiller.name).observe(
+        time.perf_counter() - started
+    )
     if not isinstance(answer, dict):
         raise ProxyError(502, "prefill_failed", f"{prefiller.name} answered a non-object")
     return answer
@@ -229,9 +231,11 @@ async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -
     try:
         await ctx.notices.wait(exchange.kv_id, ctx.config.timeouts.kv_notice_s)
     except NoticeTimeout as exc:
-        ctx.metrics.errors.labels("kv_notice_timeout", prefiller.name).inc()
+        ctx.metrics.of(ctx.metrics.errors, "kv_notice_timeout", prefiller.name).inc()
         raise ProxyError(504, "kv_transfer_timeout", f"{prefiller.name}: {exc}") from exc
-    ctx.metrics.kv_wait_seconds.labels(prefiller.name).observe(time.perf_counter() - started)
+    ctx.metrics.of(ctx.metrics.kv_wait_seconds, prefiller.name).observe(
+        time.perf_counter() - started
+    )
 
 
 async def _decode_after_first_token(
@@ -295,7 +299,7 @@ async def _drain(
         ) as reply:
             await read_answer(reply)
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        ctx.metrics.errors.labels("decode_drain", decoder.name).inc()
+        ctx.metrics.of(ctx.metrics.errors, "decode_drain", decoder.name).inc()
 
 
 async def _decode(
@@ -308,7 +312,7 @@ async def _decode(
     converter: StreamConverter | None,
 ) -> web.StreamResponse:
     decoder.outstanding += 1
-    ctx.metrics.backend_requests.labels("decode", decoder.name).inc()
+    ctx.metrics.of(ctx.metrics.backend_requests, "decode", decoder.name).inc()
     started = time.perf_counter()
     try:
         async with ctx.client.post(
@@ -320,17 +324,17 @@ async def _decode(
             exchange.decoder_reached = True
             del payload
             exchange.drop_payloads()
-            ctx.metrics.decode_ttft_seconds.labels(decoder.name).observe(
+            ctx.metrics.of(ctx.metrics.decode_ttft_seconds, decoder.name).observe(
                 time.perf_counter() - started
             )
             return await _relay(ctx, exchange, reply, decoder, converter)
     except _CONNECT_ERRORS as exc:
         ctx.decode.eject(decoder)
-        ctx.metrics.errors.labels("decode_connect", decoder.name).inc()
+        ctx.metrics.of(ctx.metrics.errors, "decode_connect", decoder.name).inc()
         ctx.log.warning("%s: %s", decoder.name, exc)
         raise ProxyError(502, "decode_unreachable", f"{decoder.name} unreachable") from exc
     except TimeoutError as exc:
-        ctx.metrics.errors.labels("decode_timeout", decoder.name).inc()
+        ctx.metrics.of(ctx.metrics.errors, "decode_timeout", decoder.name).inc()
         raise ProxyError(504, "decode_timeout", f"{decoder.name} did not finish in time") from exc
     except aiohttp.ClientPayloadError as exc:
         raise ProxyError(502, "decode_failed", f"{decoder.name} broke its answer") from exc

@@ -35,8 +35,11 @@ async def read_json(
     reply: aiohttp.ClientResponse, *, role: str, backend: str, redact: Redactor
 ) -> tuple[bytes, Any]:
     """A 200 answer's bytes and parsed JSON; ProxyError for any other status or non-JSON."""
+    length = reply.content_length
     try:
-        raw = await read_answer(reply)
+        # The usual case (vLLM's JSON answers carry a length) without read_answer's frame.
+        small = length is not None and length <= MAX_ANSWER_BYTES
+        raw = await (reply.read() if small else read_answer(reply))
     except ValueError as exc:
         raise ProxyError(502, f"{role}_failed", f"{backend}: {exc}") from exc
     if reply.status != 200:

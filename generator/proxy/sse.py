@@ -55,18 +55,18 @@ async def relay_stream(
             await _write(request, out, converter.opening(), idle_s)
         failure = await _copy(request, reply, out, converter, idle_s)
         if failure is not None:
-            metrics.errors.labels(failure, decoder).inc()
+            metrics.of(metrics.errors, failure, decoder).inc()
         if closing := _closing(decoder, failure, converter):
             await _write(request, out, closing, _LAST_WRITE_S)
         await _write(request, out, None, _LAST_WRITE_S)
     except _Stalled:
-        metrics.errors.labels("client_stalled", decoder).inc()
+        metrics.of(metrics.errors, "client_stalled", decoder).inc()
         if request.transport is not None:
             request.transport.abort()
     except ConnectionResetError:
         # The client went away (often right after [DONE]): stop; leaving the caller's `async
         # with` closes the decoder connection, which aborts its request if still running.
-        metrics.errors.labels("client_disconnect", decoder).inc()
+        metrics.of(metrics.errors, "client_disconnect", decoder).inc()
     return out
 
 
