@@ -5,23 +5,28 @@ proxy's command-line flags (``--prefiller-host`` ... ``--proxy-port``) so its us
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
     "BackendConfig",
+    "ConfigError",
     "DecoderConfig",
+    "LimitsConfig",
     "ListenConfig",
     "NotifyConfig",
     "PolicyConfig",
     "ProxyConfig",
     "TimeoutsConfig",
+    "describe",
     "load_config",
+    "validate_config",
 ]
 
 Policy = Literal["round_robin", "least_outstanding"]
+Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class _Strict(BaseModel):
@@ -36,18 +41,18 @@ class BackendConfig(_Strict):
 
 class DecoderConfig(BackendConfig):
     kv_host: str | None = None  # lmcache-pd: where the prefiller pushes KV (receiver_host)
-    init_ports: list[int] = Field(default_factory=list)  # one per TP rank
-    alloc_ports: list[int] = Field(default_factory=list)
+    init_ports: list[Port] = Field(default_factory=list)  # one per TP rank
+    alloc_ports: list[Port] = Field(default_factory=list)
 
 
 class ListenConfig(_Strict):
     host: str = "0.0.0.0"
-    port: int = 9100
+    port: Port = 9100
 
 
 class NotifyConfig(_Strict):
     bind_host: str = "0.0.0.0"  # prefillers on other hosts push here: never only localhost
-    port: int = 7500
+    port: Port = 7500
 
 
 class PolicyConfig(_Strict):
@@ -56,14 +61,40 @@ class PolicyConfig(_Strict):
 
 
 class TimeoutsConfig(_Strict):
-    connect_s: float = 5.0
+    connect_s: float = Field(5.0, gt=0)
     # Long enough for a long prompt on a busy prefiller; short because an LMCache P/D sender that
     # cannot reach its decoder hangs 300 s (still answering /health) before its engine dies.
-    prefill_s: float = 120.0
-    kv_notice_s: float = 30.0  # LMCache's "KV sent" notices, after the prefill answered
-    decode_s: float = 3600.0  # the whole decode stream
-    health_interval_s: float = 5.0
-    eject_s: float = 10.0  # how long a backend that refused a connection sits out
+    prefill_s: float = Field(120.0, gt=0)
+    kv_notice_s: float = Field(30.0, gt=0)  # LMCache's "KV sent" notices, after the prefill
+    decode_s: float = Field(3600.0, gt=0)  # the whole decode request, stream included
+    # The longest a backend may send nothing while the proxy waits on it (a stream's gap between
+    # events, or a whole non-streamed answer). 600 s is the OpenAI SDK's own request timeout: a
+    # longer silence has no client left that waits for it. It also bounds a stream to a client
+    # that stopped reading.
+    backend_idle_s: float = Field(600.0, gt=0)
+    # Clients: a connection must send a request's headers within client_header_s of opening (or
+    # of its previous answer: also the keep-alive idle limit), its body without a gap longer than
+    # client_body_idle_s and whole within client_body_s (nginx uses 60 s gaps; a 16 MiB body
+    # takes 14 s at 10 Mbit/s).
+    client_header_s: float = Field(30.0, gt=0)
+    client_body_idle_s: float = Field(30.0, gt=0)
+    client_body_s: float = Field(120.0, gt=0)
+    health_interval_s: float = Field(5.0, gt=0)
+    eject_s: float = Field(10.0, gt=0)  # how long a backend that refused a connection sits out
+
+
+class LimitsConfig(_Strict):
+    # 16 MiB: a 1M-token prompt as text (~4 MB) or as token ids (~8 MB) fits; what does not is
+    # answered 413 before its body is read.
+    max_body_bytes: int = Field(16 * 2**20, ge=1024)
+    # Bodies are held from the first byte until the decode request is sent; past this total the
+    # next request gets 503 + Retry-After (parsed JSON takes 1-6x its size in Python objects,
+    # token-id prompts the most, so this keeps the proxy's memory to a few hundred MiB).
+    max_buffered_bytes: int = Field(64 * 2**20, ge=1024)
+    # Requests in flight; past it 503 + Retry-After. Each holds two sockets (client, backend);
+    # /health, /ready and /metrics never count, so health checks answer under any load.
+    max_concurrent_requests: int = Field(4096, ge=1)
+    retry_after_s: int = Field(1, ge=1)
 
 
 class ProxyConfig(_Strict):
@@ -78,6 +109,8 @@ class ProxyConfig(_Strict):
     notify: NotifyConfig | None = None
     api_key_env: str | None = None  # name of an env var holding the backends' API key
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    access_log: bool = False  # one line per request on stderr (costs ~10% of throughput)
 
     @model_validator(mode="after")
     def _protocol_needs(self) -> ProxyConfig:
@@ -96,5 +129,34 @@ class ProxyConfig(_Strict):
         return self
 
 
+class ConfigError(Exception):
+    """The proxy's configuration is missing or invalid: one line that says where and why."""
+
+
 def load_config(path: Path) -> ProxyConfig:
-    return ProxyConfig.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not YAML: {_one_line(str(exc))}") from exc
+    return validate_config(data, str(path))
+
+
+def validate_config(data: object, where: str) -> ProxyConfig:
+    try:
+        return ProxyConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {describe(exc)}") from exc
+
+
+def describe(exc: ValidationError) -> str:
+    """pydantic's first complaint as one line: the field's path and what is wrong."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{field}: {first['msg']}{more}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -13,7 +13,7 @@ try:
     def dumps(value: Any) -> bytes:
         return orjson.dumps(value)
 
-    def loads(data: bytes) -> Any:
+    def loads(data: bytes | bytearray | memoryview | str) -> Any:
         return orjson.loads(data)
 
 except ImportError:  # pragma: no cover - the router image and dev installs have orjson
@@ -21,5 +21,5 @@ except ImportError:  # pragma: no cover - the router image and dev installs have
     def dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
-    def loads(data: bytes) -> Any:
-        return json.loads(data)
+    def loads(data: bytes | bytearray | memoryview | str) -> Any:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)

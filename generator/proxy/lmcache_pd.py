@@ -25,9 +25,11 @@ from typing import Any
 from generator.proxy import fastjson
 
 __all__ = [
+    "DECODER_DROPS",
     "FirstToken",
     "StreamConverter",
-    "decoder_request",
+    "decoder_fields",
+    "drain_fields",
     "first_token",
     "merge_json",
     "prefill_only",
@@ -48,6 +50,9 @@ _CHAT_ONLY = (
     "reasoning_effort",
     "include_reasoning",
 )
+_MAX_EVENT_BYTES = 4 * 2**20  # a token's event is ~200 bytes: more is a broken decoder
+# Left out of the decoder's serialized base (protocols.decode_base): decoder_fields sets them.
+DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "stream"})
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def first_token(prefill: dict[str, Any], *, chat: bool) -> FirstToken:
         text = choice["message"].get("content") or "" if chat else choice.get("text") or ""
         return FirstToken(
             token_id=int(params["first_tok"]),
-            text=text,
+            text=str(text),
             # Completions carry prompt ids per choice, chat responses at the top level.
             prompt_ids=[
                 int(t) for t in choice.get("prompt_token_ids") or prefill["prompt_token_ids"]
@@ -75,38 +80,36 @@ def first_token(prefill: dict[str, Any], *, chat: bool) -> FirstToken:
             finish_reason=choice.get("finish_reason"),
             model=str(prefill.get("model", "")),
         )
-    except (KeyError, IndexError, TypeError) as exc:
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ValueError(
             f"prefill answer lacks {exc} (LMCache ret_first_tok / return_token_ids)"
         ) from exc
 
 
-def _budget(body: dict[str, Any], chat: bool) -> int | None:
-    value = body.get("max_completion_tokens") if chat else None
-    value = value if value is not None else body.get("max_tokens")
-    return int(value) if value is not None else None
-
-
-def prefill_only(first: FirstToken, body: dict[str, Any], *, chat: bool) -> bool:
+def prefill_only(first: FirstToken, max_tokens: int | None) -> bool:
     """The answer is complete after one token: it was the end, or one token was asked for."""
-    return first.finish_reason == "stop" or _budget(body, chat) == 1
+    return first.finish_reason == "stop" or max_tokens == 1
 
 
-def decoder_request(body: dict[str, Any], first: FirstToken, *, chat: bool) -> dict[str, Any]:
-    request = {k: v for k, v in body.items() if k not in _CHAT_ONLY and k != "prompt"}
-    request["prompt"] = [*first.prompt_ids, first.token_id]
-    budget = _budget(body, chat)
-    if budget is not None:
-        request["max_tokens"] = budget - 1
-    if chat and body.get("stream"):
-        request["stream"] = True
-    return request
+def decoder_fields(first: FirstToken, max_tokens: int | None, *, stream: bool) -> dict[str, Any]:
+    """What the decoder's request adds to its base: the prompt's ids plus the first token."""
+    fields: dict[str, Any] = {"prompt": [*first.prompt_ids, first.token_id]}
+    if max_tokens is not None:
+        fields["max_tokens"] = max_tokens - 1
+    if stream:
+        fields["stream"] = True
+    return fields
+
+
+def drain_fields(first: FirstToken) -> dict[str, Any]:
+    """The decoder reads the KV it was sent and makes one token nobody reads."""
+    return {"prompt": [*first.prompt_ids, first.token_id], "max_tokens": 1, "stream": False}
 
 
 def _usage(decoded: dict[str, Any] | None, first: FirstToken) -> dict[str, int]:
     usage = (decoded or {}).get("usage") or {}
     prompt = len(first.prompt_ids)
-    completion = int(usage.get("completion_tokens", 0)) + 1
+    completion = int(usage.get("completion_tokens") or 0) + 1
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -114,12 +117,20 @@ def _usage(decoded: dict[str, Any] | None, first: FirstToken) -> dict[str, int]:
     }
 
 
-def merge_json(
+def merge_json(first: FirstToken, decoded: Any, *, chat: bool, request_id: str) -> dict[str, Any]:
+    """One non-streamed answer: first token + decoder text (decoded None: prefill only).
+    ValueError if the decoder's answer is not a completion."""
+    try:
+        return _merge(first, decoded, chat=chat, request_id=request_id)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"the decoder's answer is not a completion ({exc!r})") from exc
+
+
+def _merge(
     first: FirstToken, decoded: dict[str, Any] | None, *, chat: bool, request_id: str
 ) -> dict[str, Any]:
-    """One non-streamed answer: first token + decoder text (decoded None: prefill only)."""
     choice = (decoded or {}).get("choices", [{}])[0]
-    text = first.text + (choice.get("text") or "")
+    text = first.text + str(choice.get("text") or "")
     finish = choice.get("finish_reason", first.finish_reason) if decoded else first.finish_reason
     base = {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
@@ -154,11 +165,18 @@ class StreamConverter:
         return self._event(self.first.text, None, delta=delta)
 
     def feed(self, data: bytes) -> bytes:
+        """Converted events; ValueError if the decoder sent something that is not a completion
+        event (the caller ends the stream with an error event)."""
         self._buffer += data
         out = []
         while b"\n\n" in self._buffer:
             raw, self._buffer = self._buffer.split(b"\n\n", 1)
-            out.append(self._convert(raw))
+            try:
+                out.append(self._convert(raw))
+            except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+                raise ValueError("the decoder sent an event that is not a completion") from exc
+        if len(self._buffer) > _MAX_EVENT_BYTES:
+            raise ValueError(f"the decoder sent over {_MAX_EVENT_BYTES} bytes without an event end")
         return b"".join(out)
 
     def closing(self) -> bytes:

@@ -14,6 +14,8 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from generator.proxy.errors import StartupError
+
 __all__ = ["NoticeBoard", "NoticeTimeout"]
 
 log = logging.getLogger("xpyd.proxy.notices")
@@ -42,7 +44,13 @@ class NoticeBoard:
 
     async def start(self) -> None:
         self._socket = self._context.socket(zmq.PULL)
-        self._socket.bind(self.address)
+        try:
+            self._socket.bind(self.address)
+        except zmq.ZMQError as exc:
+            self._socket.close(linger=0)
+            raise StartupError(
+                f"cannot bind the KV-notice port {self.address}: {exc.strerror}"
+            ) from exc
         self._task = asyncio.create_task(self._listen(), name="lmcache-notices")
 
     async def stop(self) -> None:

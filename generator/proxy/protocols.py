@@ -12,15 +12,21 @@ nixl (vLLM NixlConnector):
   prefiller <- max_tokens=1, stream=false, no stream_options, no min_tokens, kv_transfer_params
                {"do_remote_decode": true, "do_remote_prefill": false, remote_* null}
   decoder   <- the original request plus the kv_transfer_params the prefiller returned.
+
+A client's own kv_transfer_params never reach a backend: they would point an engine at any
+host to pull KV from. Payloads are serialized as soon as the request is parsed, so the parsed
+request (1-6x its JSON size in Python objects) is dropped before the prefill is awaited; the
+decoder's fields that depend on the prefill answer are appended to its serialized base.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from generator.proxy import fastjson
 from generator.proxy.config import DecoderConfig
 
-__all__ = ["decode_body", "prefill_body"]
+__all__ = ["append_fields", "decode_base", "prefill_payload"]
 
 _NIXL_PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -30,12 +36,13 @@ _NIXL_PREFILL_PARAMS = {
     "remote_host": None,
     "remote_port": None,
 }
+_PREFILL_DROPS = frozenset({"stream_options", "min_tokens", "kv_transfer_params"})
 
 
-def prefill_body(
+def prefill_payload(
     protocol: str, body: dict[str, Any], *, chat: bool, request_id: str, decoder: DecoderConfig
-) -> dict[str, Any]:
-    prefill = {k: v for k, v in body.items() if k not in ("stream_options", "min_tokens")}
+) -> bytes:
+    prefill = {k: v for k, v in body.items() if k not in _PREFILL_DROPS}
     prefill["stream"] = False
     prefill["max_tokens"] = 1
     if chat and "max_completion_tokens" in prefill:
@@ -53,10 +60,21 @@ def prefill_body(
                 "receiver_alloc_port": list(decoder.alloc_ports),
             },
         }
-    return prefill
+    return fastjson.dumps(prefill)
 
 
-def decode_body(body: dict[str, Any], prefill_response: dict[str, Any]) -> dict[str, Any]:
-    """nixl: the client's request plus the prefiller's kv_transfer_params, unchanged."""
-    params = prefill_response.get("kv_transfer_params")
-    return {**body, "kv_transfer_params": params} if params is not None else body
+def decode_base(body: dict[str, Any], *, drop: frozenset[str] = frozenset()) -> bytes:
+    """The decoder's request without the fields added after the prefill (append_fields)."""
+    return fastjson.dumps(
+        {k: v for k, v in body.items() if k != "kv_transfer_params" and k not in drop}
+    )
+
+
+def append_fields(base: bytes, fields: dict[str, Any]) -> bytes:
+    """``base`` (a serialized JSON object without these keys) with ``fields`` added."""
+    if not fields:
+        return base
+    extra = fastjson.dumps(fields)
+    if base == b"{}":
+        return extra
+    return base[:-1] + b"," + extra[1:]

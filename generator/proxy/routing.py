@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from collections import OrderedDict
@@ -91,12 +92,23 @@ class Pool(Generic[C]):
             backend.failures = 0
 
 
+_SHORT_KEY = 64
+
+
 @dataclass
 class SessionTable:
     """session id -> (prefiller, decoder), least recently used evicted past ``capacity``."""
 
     capacity: int
     _pairs: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)
+
+    @staticmethod
+    def key(session: str | None) -> str | None:
+        """What the table stores for a session header: long values as a digest, so that a full
+        table takes ``capacity`` x ~100 bytes whatever the clients send (headers go to 8 KiB)."""
+        if not session or len(session) <= _SHORT_KEY:
+            return session or None
+        return "#" + hashlib.blake2b(session.encode(errors="replace"), digest_size=16).hexdigest()
 
     def get(self, session: str) -> tuple[str, str] | None:
         pair = self._pairs.get(session)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import os
 
+from pydantic import ValidationError
+
 from generator.proxy.config import (
     BackendConfig,
     DecoderConfig,
     ListenConfig,
     NotifyConfig,
     ProxyConfig,
+    describe,
 )
 
 __all__ = ["add_seed_flags", "config_from_seed_flags"]
@@ -59,9 +62,17 @@ def _expand(values: list[str], count: int, what: str) -> list[str]:
     return values
 
 
+def _port(text: str, what: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise SystemExit(f"error: --{what}: {text!r} is not a port (1-65535)")
+    return int(text)
+
+
 def _rank_ports(text: str | None, count: int, what: str) -> list[list[int]]:
     groups = [
-        [int(p) for p in _csv(group, what)] for group in (text or "").split(";") if group.strip()
+        [_port(p, what) for p in _csv(group, what)]
+        for group in (text or "").split(";")
+        if group.strip()
     ]
     if not groups:
         raise SystemExit(f"error: --{what} is required for lmcache-pd")
@@ -74,6 +85,14 @@ def _rank_ports(text: str | None, count: int, what: str) -> list[list[int]]:
 
 
 def config_from_seed_flags(args: argparse.Namespace) -> ProxyConfig:
+    """The config the seed proxy's flags describe; SystemExit with one line if they are wrong."""
+    try:
+        return _from_seed_flags(args)
+    except ValidationError as exc:
+        raise SystemExit(f"error: {describe(exc)}") from exc
+
+
+def _from_seed_flags(args: argparse.Namespace) -> ProxyConfig:
     p_hosts, p_ports = (
         _csv(args.prefiller_host, "prefiller-host"),
         _csv(args.prefiller_port, "prefiller-port"),
@@ -84,11 +103,12 @@ def config_from_seed_flags(args: argparse.Namespace) -> ProxyConfig:
     )
     n_p = args.num_prefillers or max(len(p_hosts), len(p_ports))
     n_d = args.num_decoders or max(len(d_hosts), len(d_ports))
-    p_hosts, p_ports = (
+    p_hosts, d_hosts = (
         _expand(p_hosts, n_p, "prefiller-host"),
-        _expand(p_ports, n_p, "prefiller-port"),
+        _expand(d_hosts, n_d, "decoder-host"),
     )
-    d_hosts, d_ports = _expand(d_hosts, n_d, "decoder-host"), _expand(d_ports, n_d, "decoder-port")
+    p_numbers = [_port(p, "prefiller-port") for p in _expand(p_ports, n_p, "prefiller-port")]
+    d_numbers = [_port(p, "decoder-port") for p in _expand(d_ports, n_d, "decoder-port")]
     lmcache = args.protocol == "lmcache-pd"
     init = _rank_ports(args.decoder_init_port, n_d, "decoder-init-port") if lmcache else [[]] * n_d
     alloc = (
@@ -97,7 +117,7 @@ def config_from_seed_flags(args: argparse.Namespace) -> ProxyConfig:
     tp = max(1, len(init[0]))  # lmcache-pd pairs prefill and decode ranks one to one
     prefill = [
         BackendConfig(name=f"prefill-{i}", url=f"http://{host}:{port}", tp=tp)
-        for i, (host, port) in enumerate(zip(p_hosts, p_ports, strict=True))
+        for i, (host, port) in enumerate(zip(p_hosts, p_numbers, strict=True))
     ]
     decode = [
         DecoderConfig(
@@ -108,7 +128,7 @@ def config_from_seed_flags(args: argparse.Namespace) -> ProxyConfig:
             init_ports=init[i],
             alloc_ports=alloc[i],
         )
-        for i, (host, port) in enumerate(zip(d_hosts, d_ports, strict=True))
+        for i, (host, port) in enumerate(zip(d_hosts, d_numbers, strict=True))
     ]
     bound = os.environ.get("CLIENT_BOUND", "").lower() in ("1", "true", "yes")
     return ProxyConfig(

@@ -1,20 +1,28 @@
 """Server-sent events to the client: relaying a decoder's stream, with a final error event
-when the decoder breaks mid-stream (the seed proxy ended such streams silently)."""
+when the decoder breaks mid-stream (the seed proxy ended such streams silently).
+
+A stream that moves nothing for ``idle_s`` ends: a decoder that stopped sending, or a client
+that stopped reading (its socket buffer full, every write waits). Either way the decoder
+request is closed, which aborts it in vLLM, and the backend's counter is released.
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
 
 import aiohttp
 from aiohttp import web
 
+from generator.proxy import fastjson
 from generator.proxy.lmcache_pd import StreamConverter
 from generator.proxy.metrics import ProxyMetrics
 
-__all__ = ["relay_stream", "send_events"]
+__all__ = ["SSE_TYPE", "relay_stream", "send_events"]
 
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-_DECODER_BROKE = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError)
+SSE_TYPE = "text/event-stream"
+_SSE_HEADERS = {"Content-Type": SSE_TYPE, "Cache-Control": "no-cache"}
+_LAST_WRITE_S = 5.0  # the closing events: a client that cannot take them in 5 s is stalled
+_SMALL_WRITE = 16 * 1024  # below aiohttp's 64 KiB high-water mark: never waits on its own
 
 
 async def send_events(
@@ -35,37 +43,93 @@ async def relay_stream(
     decoder: str,
     converter: StreamConverter | None,
     metrics: ProxyMetrics,
+    idle_s: float,
 ) -> web.StreamResponse:
+    """The decoder's stream to the client. A decoder that sends nothing for ``idle_s`` trips
+    the reply's own read deadline (aiohttp's sock_read); a client that stops reading trips
+    ``idle_s`` on a write, and its connection is dropped."""
     out = web.StreamResponse(status=200, headers=headers | _SSE_HEADERS)
     await out.prepare(request)
     try:
         if converter is not None:
-            await out.write(converter.opening())
-        await _copy(reply, out, decoder, converter, metrics)
-        if converter is not None:
-            await out.write(converter.closing())
-        await out.write_eof()
+            await _write(request, out, converter.opening(), idle_s)
+        failure = await _copy(request, reply, out, converter, idle_s)
+        if failure is not None:
+            metrics.of(metrics.errors, failure, decoder).inc()
+        if closing := _closing(decoder, failure, converter):
+            await _write(request, out, closing, _LAST_WRITE_S)
+        await _write(request, out, None, _LAST_WRITE_S)
+    except _Stalled:
+        metrics.of(metrics.errors, "client_stalled", decoder).inc()
+        if request.transport is not None:
+            request.transport.abort()
     except ConnectionResetError:
         # The client went away (often right after [DONE]): stop; leaving the caller's `async
         # with` closes the decoder connection, which aborts its request if still running.
-        metrics.errors.labels("client_disconnect", decoder).inc()
+        metrics.of(metrics.errors, "client_disconnect", decoder).inc()
     return out
 
 
+class _Stalled(Exception):
+    """The client stopped reading: its socket buffer is full and a write waited too long."""
+
+
+async def _write(
+    request: web.Request, out: web.StreamResponse, data: bytes | None, limit_s: float
+) -> None:
+    """Writes ``data`` (None: the end of the answer). Only a write that may wait for the client
+    (its buffer already holds data, or the chunk is large) gets a deadline: a timer per chunk
+    would cost more than the rest of the relay."""
+    transport = request.transport
+    behind = transport is not None and transport.get_write_buffer_size() > 0
+    if not behind and (data is None or len(data) < _SMALL_WRITE):
+        await (out.write_eof() if data is None else out.write(data))
+        return
+    try:
+        async with asyncio.timeout(limit_s):
+            await (out.write_eof() if data is None else out.write(data))
+    except TimeoutError as exc:
+        raise _Stalled from exc
+
+
 async def _copy(
+    request: web.Request,
     reply: aiohttp.ClientResponse,
     out: web.StreamResponse,
-    decoder: str,
     converter: StreamConverter | None,
-    metrics: ProxyMetrics,
-) -> None:
+    idle_s: float,
+) -> str | None:
+    """Copies the stream; the stage that failed ("decode_stream", "stream_idle"), or None."""
+    transport = request.transport
     try:
         async for chunk in reply.content.iter_any():
-            await out.write(converter.feed(chunk) if converter is not None else chunk)
-    except _DECODER_BROKE as exc:
-        metrics.errors.labels("decode_stream", decoder).inc()
-        message = f"{decoder} failed mid-stream: {type(exc).__name__}: {exc}"
-        error = {"error": {"message": message, "type": "decode_failed", "code": 502}}
-        await out.write(f"data: {json.dumps(error)}\n\n".encode())
-        if converter is None:
-            await out.write(b"data: [DONE]\n\n")
+            data = converter.feed(chunk) if converter is not None else chunk
+            if transport is None or transport.get_write_buffer_size() or len(data) >= _SMALL_WRITE:
+                await _write(request, out, data, idle_s)  # may wait for the client: a deadline
+            else:
+                await out.write(data)  # the hot path: one call per chunk, no timer
+    except ConnectionResetError:
+        raise  # the client's side (aiohttp's own ClientConnectionResetError is both)
+    except TimeoutError:  # the reply's sock_read deadline: the decoder went quiet
+        return "stream_idle"
+    except aiohttp.ClientError:  # the decoder's side: cut, broken chunking, reset
+        return "decode_stream"
+    except ValueError:  # the converter met something that is not a completion event
+        return "decode_stream"
+    return None
+
+
+def _closing(decoder: str, failure: str | None, converter: StreamConverter | None) -> bytes:
+    """The error event if any, then [DONE] (the converter's, or ours after an error)."""
+    error = _error_event(decoder, failure)
+    if converter is not None:
+        return error + converter.closing()
+    return error + b"data: [DONE]\n\n" if error else b""
+
+
+def _error_event(decoder: str, failure: str | None) -> bytes:
+    if failure is None:
+        return b""
+    reason = "sent nothing for too long" if failure == "stream_idle" else "failed mid-stream"
+    error = {"error": {"message": f"{decoder} {reason}", "type": "decode_failed", "code": 502}}
+    return b"data: " + fastjson.dumps(error) + b"\n\n"

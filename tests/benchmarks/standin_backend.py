@@ -4,14 +4,17 @@ It answers instantly, like a prefiller or decoder that needs no time, so that wh
 benchmark measures is the router. It is not vLLM and proves nothing about P/D; the proxy's
 real tests run against real vLLM engines. Minimal HTTP/1.1 keep-alive over asyncio.
 
-    python standin_backend.py PORT [PORT ...]
+    python standin_backend.py PORT [PORT ...] [--event-gap-ms N]
+
+--event-gap-ms spaces a stream's events N ms apart (soak_proxy.py: many long-lived streams);
+without it every answer goes out at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import sys
 
 _TOKENS = 16
 _COMPLETION = json.dumps(
@@ -41,10 +44,11 @@ _PREFILL = json.dumps(
     }
 ).encode()
 _CHUNK = b'data: {"id":"cmpl-standin","choices":[{"index":0,"text":" tok"}]}\n\n'
-_SSE = (
-    b"".join(b"%x\r\n%s\r\n" % (len(_CHUNK), _CHUNK) for _ in range(_TOKENS))
-    + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+_SSE_PARTS = (
+    *(b"%x\r\n%s\r\n" % (len(_CHUNK), _CHUNK) for _ in range(_TOKENS)),
+    b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n",
 )
+_SSE = b"".join(_SSE_PARTS)
 
 
 def _response(status: bytes, body: bytes, content_type: bytes = b"application/json") -> bytes:
@@ -62,12 +66,20 @@ _METRICS = _response(b"200 OK", b"# stand-in\n", b"text/plain")
 _SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
+_SSE_ANSWER = _SSE_HEAD + _SSE
 
 
 class StandIn(asyncio.Protocol):
+    event_gap_s = 0.0  # set from --event-gap-ms
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
         self.buffer = b""
+        self.pending: asyncio.TimerHandle | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.pending is not None:  # a spaced stream whose reader went away
+            self.pending.cancel()
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -84,7 +96,23 @@ class StandIn(asyncio.Protocol):
                 return
             body = self.buffer[end + 4 : end + 4 + length]
             self.buffer = self.buffer[end + 4 + length :]
-            self.transport.write(self._answer(head.split(b" ", 2)[1], body))
+            answer = self._answer(head.split(b" ", 2)[1], body)
+            if answer is _SSE_ANSWER and self.event_gap_s:
+                self.transport.write(_SSE_HEAD)
+                self._send_events(list(_SSE_PARTS))
+            else:
+                self.transport.write(answer)
+
+    def _send_events(self, parts: list[bytes]) -> None:
+        """One chunked SSE part now, the rest one gap apart (one keep-alive request at a time,
+        as the proxy sends them)."""
+        self.pending = None
+        if self.transport.is_closing():
+            return
+        self.transport.write(parts.pop(0))
+        if parts:
+            loop = asyncio.get_running_loop()
+            self.pending = loop.call_later(self.event_gap_s, self._send_events, parts)
 
     @staticmethod
     def _answer(path: bytes, body: bytes) -> bytes:
@@ -101,7 +129,7 @@ class StandIn(asyncio.Protocol):
         ):
             return _response(b"200 OK", _PREFILL)
         if b'"stream": true' in body or b'"stream":true' in body:
-            return _SSE_HEAD + _SSE
+            return _SSE_ANSWER
         return _response(b"200 OK", _COMPLETION)
 
 
@@ -113,10 +141,15 @@ async def main(ports: list[int]) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("ports", type=int, nargs="+")
+    parser.add_argument("--event-gap-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    StandIn.event_gap_s = args.event_gap_ms / 1000
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(main([int(port) for port in sys.argv[1:]]))
+    asyncio.run(main(args.ports))

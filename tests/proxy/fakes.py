@@ -1,19 +1,30 @@
-"""In-process test doubles of vLLM backends for the proxy's unit tests. They answer like a
-vLLM OpenAI server closely enough to check what the proxy sends and relays; the proxy is
-also tested against real vLLM engines (tests/integration)."""
+"""In-process TEST DOUBLES of vLLM backends for the proxy's unit tests. They answer like a
+vLLM OpenAI server closely enough to check what the proxy sends and relays, and can misbehave
+on purpose (``misbehave``) the ways real backends and the gateways in front of them do; the
+proxy is also tested against real vLLM engines (tests/integration)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 import zmq
 import zmq.asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
+# What a misbehaving backend does with a generation request:
+#   hang          never answers (records that the proxy gave up on it in ``cancelled``)
+#   stall         streams one event, then nothing (a hung decoder mid-stream)
+#   flood         streams 64 KiB events as fast as the proxy takes them
+#   html          200 with an HTML page (a gateway or a wrong port)
+#   html_500      500 with an HTML page that names its own address
+#   json_400      vLLM's 400 error body, its message naming its own URL
+#   garbage_sse   200 event stream whose events are not JSON
+Misbehaviour = Literal["hang", "stall", "flood", "html", "html_500", "json_400", "garbage_sse"]
 
 
 @dataclass
@@ -24,6 +35,9 @@ class FakeBackend:
     break_stream_after: int | None = None  # chunks sent before the connection is cut
     notify_to: str | None = None  # lmcache-pd prefiller: PUSH a ProxyNotif here per request
     notify_ranks: int = 1
+    misbehave: Misbehaviour | None = None
+    cancelled: int = 0  # requests whose connection the proxy closed before they ended
+    in_flight: int = 0
     server: TestServer | None = None
 
     @property
@@ -32,7 +46,10 @@ class FakeBackend:
         return str(self.server.make_url("")).rstrip("/")
 
     async def start(self) -> FakeBackend:
-        app = web.Application()
+        # Cancelled handlers are how this double sees the proxy close a connection.
+        app = web.Application(
+            handler_args={"handler_cancellation": True}, client_max_size=64 * 2**20
+        )
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.generate)
@@ -48,6 +65,45 @@ class FakeBackend:
         return web.json_response({"data": [{"id": "m"}]})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            if self.misbehave is not None:
+                return await self._misbehave(request, self.misbehave)
+            return await self._generate(request)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.in_flight -= 1
+
+    async def _misbehave(self, request: web.Request, how: Misbehaviour) -> web.StreamResponse:
+        async for _ in request.content.iter_any():
+            pass  # neither parsed nor kept: tests measure the proxy's memory, not ours
+        page = f"<html><body>bad gateway at {self.url}</body></html>"
+        if how == "hang":
+            await asyncio.sleep(3600)
+        if how == "html":
+            return web.Response(text=page, content_type="text/html")
+        if how == "html_500":
+            return web.Response(text=page, status=500, content_type="text/html")
+        if how == "json_400":
+            error = {"message": f"context too long at {self.url}", "type": "BadRequestError"}
+            return web.json_response({"error": error | {"code": 400}}, status=400)
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        if how == "garbage_sse":
+            await out.write(b"data: <html>not json</html>\n\n")
+        elif how == "flood":
+            event = b"data: " + b"x" * 65536 + b"\n\n"
+            while True:
+                await out.write(event)
+        else:  # stall
+            await out.write(b'data: {"choices": [{"text": "0"}]}\n\n')
+            await asyncio.sleep(3600)
+        await out.write(b"data: [DONE]\n\n")
+        return out
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.seen.append(body)
         self.headers.append({key.lower(): value for key, value in request.headers.items()})

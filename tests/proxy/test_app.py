@@ -3,71 +3,22 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
-from multidict import CIMultiDict
 
-from generator.proxy.app import Proxy
-from generator.proxy.config import ProxyConfig
 from tests.proxy.fakes import FakeBackend
+from tests.proxy.harness import (
+    free_port,
+    lmcache_config,
+    nixl_config,
+    post,
+    serve,
+    serve_lmcache_pd,
+)
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def serve(config: dict[str, Any]) -> tuple[Proxy, TestServer]:
-    proxy = Proxy(ProxyConfig.model_validate(config))
-    server = TestServer(proxy.app())
-    await server.start_server()
-    await proxy.health_known.wait()
-    return proxy, server
-
-
-def nixl_config(
-    prefill: list[FakeBackend], decode: list[FakeBackend], **extra: Any
-) -> dict[str, Any]:
-    return {
-        "protocol": "nixl",
-        "prefill": [{"name": b.name, "url": b.url} for b in prefill],
-        "decode": [{"name": b.name, "url": b.url} for b in decode],
-        "timeouts": {"health_interval_s": 60},
-        **extra,
-    }
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[list[FakeBackend]]:
-    started = [await FakeBackend(name).start() for name in ("p0", "p1", "d0", "d1")]
-    yield started
-    for backend in started:
-        await backend.close()
-
-
-async def post(
-    server: TestServer, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> tuple[int, CIMultiDict[str], bytes]:
-    """Status, headers (case-insensitive) and body of one request to the proxy."""
-    async with (
-        aiohttp.ClientSession() as client,
-        client.post(server.make_url(path), json=body, headers=headers or {}) as reply,
-    ):
-        return reply.status, CIMultiDict(reply.headers), await reply.read()
 
 
 async def test_nixl_protocol_bodies_and_stamps(backends: list[FakeBackend]) -> None:
@@ -137,7 +88,7 @@ async def test_streams_are_sse_and_a_broken_decoder_ends_with_an_error_event(
     status, _, raw = await post(server, "/v1/completions", body)  # round robin: d1 now
     events = [line for line in raw.decode().split("\n\n") if line]
     assert events[0].startswith('data: {"choices"')
-    assert '"type": "decode_failed"' in events[-2]
+    assert json.loads(events[-2][6:])["error"]["type"] == "decode_failed"
     assert events[-1] == "data: [DONE]"
     await server.close()
 
@@ -222,35 +173,6 @@ async def test_ready_health_and_metrics(backends: list[FakeBackend]) -> None:
     await server.close()
 
 
-def lmcache_config(
-    prefill: FakeBackend, decode: FakeBackend, notify_port: int, **timeouts: float
-) -> dict[str, Any]:
-    return {
-        "protocol": "lmcache-pd",
-        "prefill": [{"name": prefill.name, "url": prefill.url, "tp": 2}],
-        "decode": [
-            {
-                "name": decode.name,
-                "url": decode.url,
-                "tp": 2,
-                "kv_host": "decode-host",
-                "init_ports": [7300, 7301],
-                "alloc_ports": [7400, 7401],
-            }
-        ],
-        "notify": {"bind_host": "127.0.0.1", "port": notify_port},
-        "timeouts": {"health_interval_s": 60, **timeouts},
-    }
-
-
-async def serve_lmcache_pd(prefiller: FakeBackend, decoder: FakeBackend) -> TestServer:
-    """A proxy in lmcache-pd mode whose stand-in prefiller notifies for both TP ranks."""
-    port = free_port()
-    prefiller.notify_to, prefiller.notify_ranks = f"tcp://127.0.0.1:{port}", 2
-    _, server = await serve(lmcache_config(prefiller, decoder, port))
-    return server
-
-
 async def test_lmcache_pd_waits_for_every_rank_notice(backends: list[FakeBackend]) -> None:
     p0, _, d0, _ = backends
     port = free_port()
@@ -264,10 +186,14 @@ async def test_lmcache_pd_waits_for_every_rank_notice(backends: list[FakeBackend
     )
     assert status == 200, headers
     spec = p0.seen[0]["kv_transfer_params"]
+    # The KV's id is the proxy's own: a client's X-Request-Id is not unique across clients.
+    kv_id = spec["disagg_spec"]["req_id"]
+    assert kv_id != "r-9"
+    assert p0.headers[0]["x-request-id"] == "r-9"
     assert spec == {
         "ret_first_tok": True,
         "disagg_spec": {
-            "req_id": "r-9",
+            "req_id": kv_id,
             "receiver_host": "decode-host",
             "receiver_init_port": [7300, 7301],
             "receiver_alloc_port": [7400, 7401],

@@ -1,0 +1,170 @@
+"""A client's request body: read within the size cap, the body budget and the client deadlines,
+parsed once, and checked for the few fields the proxy itself acts on.
+
+Memory: the body is read into one buffer (never joined or copied again), parsed, and the
+parsed request lives only until both backend payloads are serialized (protocols.py). Its
+bytes count against the proxy's body budget until the decode request is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+from aiohttp import StreamReader, web
+
+from generator.proxy import fastjson
+from generator.proxy.admission import BodyBudget
+from generator.proxy.config import LimitsConfig, TimeoutsConfig
+from generator.proxy.errors import ProxyError
+
+__all__ = ["HeldBody", "RequestFacts", "parse_body", "public_request_id", "read_body"]
+
+_INVALID = "invalid_request_error"
+BodyBytes = TypeVar("BodyBytes", bytes, bytearray)
+# A client's X-Request-Id is echoed and forwarded only if it is short and plain.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=/-]{0,127}")
+
+
+@dataclass(slots=True)
+class HeldBody:
+    """This request's share of the body budget; given back once, whatever happens."""
+
+    budget: BodyBudget
+    size: int = 0
+
+    def hold(self, total: int) -> bool:
+        if total <= self.size:
+            return True
+        if not self.budget.take(total - self.size):
+            return False
+        self.size = total
+        return True
+
+    def release(self) -> None:
+        self.budget.give_back(self.size)
+        self.size = 0
+
+
+def _too_large(limit: int) -> ProxyError:
+    return ProxyError(413, _INVALID, f"request body is larger than {limit} bytes")
+
+
+def _busy(retry_after_s: int) -> ProxyError:
+    return ProxyError(
+        503,
+        "server_busy",
+        "the proxy holds too many request bodies; retry shortly",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+async def read_body(
+    request: web.Request, limits: LimitsConfig, timeouts: TimeoutsConfig, held: HeldBody
+) -> bytes | bytearray:
+    """The body, or ProxyError: 413 too large, 415 compressed, 408 too slow, 503 no budget."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        # The app reads bodies raw (no decompression bombs), and vLLM takes none either.
+        raise ProxyError(415, _INVALID, f"Content-Encoding {encoding!r} is not supported")
+    declared = request.content_length
+    if declared is not None and declared > limits.max_body_bytes:
+        raise _too_large(limits.max_body_bytes)  # before reading a byte of it
+    if not held.hold(declared or 0):
+        raise _busy(limits.retry_after_s)
+    content = request.content
+    try:
+        if content.is_eof():  # all of it came with the headers: take it as it is, no copy
+            return _checked(content.read_nowait(), limits, held)
+        async with asyncio.timeout(timeouts.client_body_idle_s) as timer:
+            return await _read_chunks(content, limits, held, timer, timeouts)
+    except TimeoutError as exc:
+        raise ProxyError(408, "timeout", "the request body arrived too slowly") from exc
+    except web.RequestPayloadError as exc:  # broken chunked framing, say
+        raise ProxyError(400, _INVALID, "the request body could not be read") from exc
+
+
+async def _read_chunks(
+    content: StreamReader,
+    limits: LimitsConfig,
+    held: HeldBody,
+    timer: asyncio.Timeout,
+    timeouts: TimeoutsConfig,
+) -> bytearray:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeouts.client_body_s
+    buffer = bytearray()
+    while chunk := await content.readany():
+        buffer += chunk
+        _checked(buffer, limits, held)
+        timer.reschedule(min(loop.time() + timeouts.client_body_idle_s, deadline))
+    return buffer
+
+
+def _checked(data: BodyBytes, limits: LimitsConfig, held: HeldBody) -> BodyBytes:
+    if len(data) > limits.max_body_bytes:  # no Content-Length, or one that lied
+        raise _too_large(limits.max_body_bytes)
+    if not held.hold(len(data)):
+        raise _busy(limits.retry_after_s)
+    return data
+
+
+class RequestFacts(NamedTuple):
+    """What the proxy itself reads from a request body (everything else passes through)."""
+
+    stream: bool
+    max_tokens: int | None  # chat: max_completion_tokens if given, else max_tokens
+
+
+def parse_body(raw: bytes | bytearray, *, chat: bool) -> tuple[dict[str, Any], RequestFacts]:
+    try:
+        body = fastjson.loads(raw)
+    except ValueError as exc:  # orjson's JSONDecodeError is a ValueError too
+        raise ProxyError(400, _INVALID, f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ProxyError(400, _INVALID, "body must be a JSON object")
+    budget = _token_count(body, "max_completion_tokens") if chat else None
+    return body, RequestFacts(
+        stream=_flag(body, "stream"),
+        max_tokens=budget if budget is not None else _token_count(body, "max_tokens"),
+    )
+
+
+# vLLM validates requests with pydantic in lax mode: the proxy reads these fields the same way,
+# so that it streams exactly when vLLM does, and refuses what vLLM would refuse.
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ProxyError(400, _INVALID, f"'{key}' must be true or false")
+
+
+def _token_count(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+        return int(value)
+    raise ProxyError(400, _INVALID, f"'{key}' must be an integer")
+
+
+def public_request_id(header: str | None, generated: str) -> str:
+    """The client's X-Request-Id if it is a plain token, else ours (never echo arbitrary text)."""
+    if header is not None and _REQUEST_ID.fullmatch(header):
+        return header
+    return generated

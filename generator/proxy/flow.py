@@ -1,0 +1,378 @@
+"""One P/D request, from the client's body to the decoder's answer.
+
+    client -> /v1/completions or /v1/chat/completions
+      1. read the body (size cap, body budget, client deadlines), parse it once, serialize both
+         backend payloads, drop the parsed request (body.py, protocols.py)
+      2. pick a prefiller and a decoder (policy, session stickiness, health)
+      3. prefill: the request cut to one token; a refused connection ejects that prefiller and
+         retries once on another one
+      4. lmcache-pd: wait (with a deadline) for the prefiller's LMCache to say the KV was sent
+      5. decode: the request, relayed as JSON or as SSE (a final error event if it breaks)
+
+A client that disconnects cancels this whole coroutine (the app turns on aiohttp's handler
+cancellation): every backend request in flight is closed, which aborts it in vLLM, and every
+counter is released in ``finally``. One exception: with lmcache-pd, once the prefiller has
+pushed the KV, the decoder is still asked for one token in the background, because KV it never
+reads stays in its receive buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from generator.proxy.body import HeldBody, RequestFacts, parse_body, public_request_id, read_body
+from generator.proxy.config import DecoderConfig
+from generator.proxy.context import Context
+from generator.proxy.errors import ProxyError
+from generator.proxy.lmcache_pd import (
+    DECODER_DROPS,
+    FirstToken,
+    StreamConverter,
+    decoder_fields,
+    drain_fields,
+    first_token,
+    merge_json,
+    prefill_only,
+)
+from generator.proxy.notices import NoticeTimeout
+from generator.proxy.protocols import append_fields, decode_base, prefill_payload
+from generator.proxy.replies import read_answer, read_json
+from generator.proxy.routing import Backend, NoBackend
+from generator.proxy.sse import SSE_TYPE, relay_stream, send_events
+
+__all__ = ["Exchange", "handle_generate"]
+
+_JSON = "application/json"
+_CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
+_NO_FACTS = RequestFacts(stream=False, max_tokens=None)  # a tuple: one for every request
+_WHOLE_BYTES = 2**20
+_SLICE_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through prefill and decode."""
+
+    request: web.Request
+    endpoint: str
+    chat: bool
+    request_id: str  # the client's X-Request-Id if it is a plain token, else ours
+    held: HeldBody
+    # lmcache-pd: the KV's id at the backends (LMCache's req_id), always ours, so that two
+    # clients sending the same X-Request-Id can never take each other's KV notices.
+    kv_id: str = ""
+    facts: RequestFacts = _NO_FACTS
+    prefill: bytes = b""  # the prefill payload
+    decode: bytes = b""  # the decoder payload without the fields the prefill decides
+    forward: dict[str, str] = field(default_factory=dict)  # headers sent to the backends
+    headers: dict[str, str] = field(default_factory=dict)  # headers returned to the client
+    decoder_reached: bool = False  # the decoder answered: it has the request (and the KV)
+
+    def drop_payloads(self) -> None:
+        """The decoder has the request: the payloads' memory and budget are free again."""
+        self.prefill = self.decode = b""
+        self.held.release()
+
+
+def sendable(payload: bytes) -> bytes | AsyncIterator[memoryview]:
+    """Small payloads whole; large ones in slices that wait for the socket, so that the
+    transport never holds a second copy of a many-MiB body."""
+    if len(payload) <= _WHOLE_BYTES:
+        return payload
+    return _slices(memoryview(payload))
+
+
+async def _slices(view: memoryview) -> AsyncIterator[memoryview]:
+    for start in range(0, len(view), _SLICE_BYTES):
+        yield view[start : start + _SLICE_BYTES]
+
+
+async def handle_generate(
+    ctx: Context, request: web.Request, endpoint: str, *, chat: bool
+) -> web.StreamResponse:
+    request_id = public_request_id(request.headers.get("X-Request-Id"), uuid.uuid4().hex)
+    exchange = Exchange(
+        request,
+        endpoint,
+        chat,
+        request_id,
+        HeldBody(ctx.budget),
+        headers={"X-Request-Id": request_id},
+    )
+    kind = "chat" if chat else "completions"
+    try:
+        response = await _generate(ctx, exchange)
+    except ProxyError as error:
+        ctx.metrics.of(ctx.metrics.requests, kind, str(error.status)).inc()
+        return error.response(exchange.headers)
+    finally:
+        exchange.held.release()
+        if ctx.notices is not None and exchange.kv_id:
+            ctx.notices.forget(exchange.kv_id)
+    ctx.metrics.of(ctx.metrics.requests, kind, str(response.status)).inc()
+    return response
+
+
+async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
+    prefiller, decoder = _choose(ctx, exchange.request)
+    await _prepare(ctx, exchange, decoder.config)
+    exchange.forward = ctx.auth(exchange.request) | {
+        "X-Request-Id": exchange.request_id,
+        "Content-Type": _JSON,
+    }
+    prefilled, prefiller = await _prefill(ctx, exchange, prefiller)
+    exchange.prefill = b""
+    exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
+    if ctx.config.protocol == "nixl":
+        params = prefilled.get("kv_transfer_params")
+        fields = {"kv_transfer_params": params} if params is not None else {}
+        payload, exchange.decode = append_fields(exchange.decode, fields), b""
+        return await _decode(ctx, exchange, exchange.endpoint, payload, decoder, converter=None)
+    return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
+
+
+async def _prepare(ctx: Context, exchange: Exchange, decoder: DecoderConfig) -> None:
+    """Body -> both payloads; the parsed request is gone when this returns."""
+    limits, timeouts = ctx.config.limits, ctx.config.timeouts
+    raw = await read_body(exchange.request, limits, timeouts, exchange.held)
+    body, exchange.facts = parse_body(raw, chat=exchange.chat)
+    del raw
+    if ctx.config.protocol == "lmcache-pd":
+        exchange.kv_id = uuid.uuid4().hex
+    exchange.prefill = prefill_payload(
+        ctx.config.protocol, body, chat=exchange.chat, request_id=exchange.kv_id, decoder=decoder
+    )
+    drops = DECODER_DROPS if ctx.config.protocol == "lmcache-pd" else frozenset()
+    exchange.decode = decode_base(body, drop=drops)
+
+
+def _choose(ctx: Context, request: web.Request) -> tuple[Backend[Any], Backend[DecoderConfig]]:
+    header = ctx.config.session_header
+    session = ctx.sessions.key(request.headers.get(header)) if header else None
+    sticky = ctx.sessions.get(session) if session else None
+    try:
+        prefiller = ctx.prefill.pick(prefer=sticky[0] if sticky else None)
+        decoder = ctx.decode.pick(prefer=sticky[1] if sticky else None)
+    except NoBackend as exc:
+        raise ProxyError(503, "no_backend", "no healthy prefiller or decoder") from exc
+    if session:
+        ctx.sessions.put(session, (prefiller.name, decoder.name))
+    return prefiller, decoder
+
+
+async def _prefill(
+    ctx: Context, exchange: Exchange, prefiller: Backend[Any]
+) -> tuple[dict[str, Any], Backend[Any]]:
+    tried: list[str] = []
+    while True:
+        try:
+            return await _prefill_once(ctx, exchange, prefiller), prefiller
+        except _CONNECT_ERRORS as exc:
+            ctx.prefill.eject(prefiller)
+            ctx.metrics.of(ctx.metrics.errors, "prefill_connect", prefiller.name).inc()
+            ctx.log.warning("%s: %s", prefiller.name, exc)  # the address stays in the log
+            tried.append(prefiller.name)
+            unreachable = ProxyError(502, "prefill_unreachable", f"{', '.join(tried)} unreachable")
+            if len(tried) > 1:  # retried once already
+                raise unreachable from exc
+            try:
+                prefiller = ctx.prefill.pick(exclude=frozenset(tried))
+            except NoBackend:
+                raise unreachable from exc
+
+
+async def _prefill_once(
+    ctx: Context, exchange: Exchange, prefiller: Backend[Any]
+) -> dict[str, Any]:
+    if ctx.notices is not None:
+        ctx.notices.expect(exchange.kv_id, prefiller.config.tp)
+    prefiller.outstanding += 1
+    ctx.metrics.of(ctx.metrics.backend_requests, "prefill", prefiller.name).inc()
+    started = time.perf_counter()
+    try:
+        async with ctx.client.post(
+            prefiller.config.url + exchange.endpoint,
+            data=sendable(exchange.prefill),
+            headers=exchange.forward,
+            timeout=ctx.prefill_timeout,
+        ) as reply:
+            _, answer = await read_json(
+                reply, role="prefill", backend=prefiller.name, redact=ctx.redact
+            )
+    except ProxyError:
+        ctx.metrics.of(ctx.metrics.errors, "prefill_status", prefiller.name).inc()
+        raise
+    except TimeoutError as exc:
+        ctx.metrics.of(ctx.metrics.errors, "prefill_timeout", prefiller.name).inc()
+        raise ProxyError(504, "prefill_timeout", f"{prefiller.name} took too long") from exc
+    except aiohttp.ClientPayloadError as exc:
+        raise ProxyError(502, "prefill_failed", f"{prefiller.name} broke its answer") from exc
+    finally:
+        prefiller.outstanding -= 1
+    ctx.metrics.of(ctx.metrics.prefill_seconds, prefiller.name).observe(
+        time.perf_counter() - started
+    )
+    if not isinstance(answer, dict):
+        raise ProxyError(502, "prefill_failed", f"{prefiller.name} answered a non-object")
+    return answer
+
+
+async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -> None:
+    assert ctx.notices is not None
+    started = time.perf_counter()
+    try:
+        await ctx.notices.wait(exchange.kv_id, ctx.config.timeouts.kv_notice_s)
+    except NoticeTimeout as exc:
+        ctx.metrics.of(ctx.metrics.errors, "kv_notice_timeout", prefiller.name).inc()
+        raise ProxyError(504, "kv_transfer_timeout", f"{prefiller.name}: {exc}") from exc
+    ctx.metrics.of(ctx.metrics.kv_wait_seconds, prefiller.name).observe(
+        time.perf_counter() - started
+    )
+
+
+async def _decode_after_first_token(
+    ctx: Context,
+    exchange: Exchange,
+    prefilled: dict[str, Any],
+    prefiller: Backend[Any],
+    decoder: Backend[DecoderConfig],
+) -> web.StreamResponse:
+    """lmcache-pd: the prefiller made the first token; the decoder continues from it."""
+    try:
+        first = first_token(prefilled, chat=exchange.chat)
+    except ValueError as exc:
+        raise ProxyError(502, "prefill_failed", f"{prefiller.name}: {exc}") from exc
+    facts = exchange.facts
+    drain = append_fields(exchange.decode, drain_fields(first))
+    try:
+        await _await_kv(ctx, exchange, prefiller)
+        if prefill_only(first, facts.max_tokens):
+            return await _answer_prefill_only(ctx, exchange, first, drain, decoder)
+        converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
+        fields = decoder_fields(first, facts.max_tokens, stream=facts.stream)
+        payload = append_fields(exchange.decode, fields)
+        return await _decode(
+            ctx, exchange, "/v1/completions", payload, decoder, converter=converter
+        )
+    except asyncio.CancelledError:
+        if not exchange.decoder_reached:  # the client left between the KV push and its read
+            ctx.spawn(_drain(ctx, drain, decoder, exchange.forward))
+        raise
+
+
+async def _answer_prefill_only(
+    ctx: Context,
+    exchange: Exchange,
+    first: FirstToken,
+    drain: bytes,
+    decoder: Backend[DecoderConfig],
+) -> web.StreamResponse:
+    # The answer is complete, but the decoder must still read the KV it was sent: chunks never
+    # read stay in its receive buffer, and once that is full no notice comes again.
+    exchange.decoder_reached = True
+    await asyncio.shield(ctx.spawn(_drain(ctx, drain, decoder, exchange.forward)))
+    if exchange.facts.stream:
+        converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
+        events = converter.opening() + converter.closing()
+        return await send_events(exchange.request, exchange.headers, events)
+    answer = merge_json(first, None, chat=exchange.chat, request_id=exchange.request_id)
+    return web.json_response(answer, headers=exchange.headers)
+
+
+async def _drain(
+    ctx: Context, payload: bytes, decoder: Backend[DecoderConfig], forward: dict[str, str]
+) -> None:
+    try:
+        async with ctx.client.post(
+            decoder.config.url + "/v1/completions",
+            data=sendable(payload),
+            headers=forward,
+            timeout=ctx.decode_timeout,
+        ) as reply:
+            await read_answer(reply)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        ctx.metrics.of(ctx.metrics.errors, "decode_drain", decoder.name).inc()
+
+
+async def _decode(
+    ctx: Context,
+    exchange: Exchange,
+    endpoint: str,
+    payload: bytes,
+    decoder: Backend[DecoderConfig],
+    *,
+    converter: StreamConverter | None,
+) -> web.StreamResponse:
+    decoder.outstanding += 1
+    ctx.metrics.of(ctx.metrics.backend_requests, "decode", decoder.name).inc()
+    started = time.perf_counter()
+    try:
+        async with ctx.client.post(
+            decoder.config.url + endpoint,
+            data=sendable(payload),
+            headers=exchange.forward,
+            timeout=ctx.decode_timeout,
+        ) as reply:
+            exchange.decoder_reached = True
+            del payload
+            exchange.drop_payloads()
+            ctx.metrics.of(ctx.metrics.decode_ttft_seconds, decoder.name).observe(
+                time.perf_counter() - started
+            )
+            return await _relay(ctx, exchange, reply, decoder, converter)
+    except _CONNECT_ERRORS as exc:
+        ctx.decode.eject(decoder)
+        ctx.metrics.of(ctx.metrics.errors, "decode_connect", decoder.name).inc()
+        ctx.log.warning("%s: %s", decoder.name, exc)
+        raise ProxyError(502, "decode_unreachable", f"{decoder.name} unreachable") from exc
+    except TimeoutError as exc:
+        ctx.metrics.of(ctx.metrics.errors, "decode_timeout", decoder.name).inc()
+        raise ProxyError(504, "decode_timeout", f"{decoder.name} did not finish in time") from exc
+    except aiohttp.ClientPayloadError as exc:
+        raise ProxyError(502, "decode_failed", f"{decoder.name} broke its answer") from exc
+    finally:
+        decoder.outstanding -= 1
+
+
+async def _relay(
+    ctx: Context,
+    exchange: Exchange,
+    reply: aiohttp.ClientResponse,
+    decoder: Backend[DecoderConfig],
+    converter: StreamConverter | None,
+) -> web.StreamResponse:
+    role, name = "decode", decoder.name
+    if reply.status == 200 and exchange.facts.stream and reply.content_type == SSE_TYPE:
+        return await relay_stream(
+            exchange.request,
+            exchange.headers,
+            reply,
+            decoder=name,
+            converter=converter,
+            metrics=ctx.metrics,
+            idle_s=ctx.config.timeouts.backend_idle_s,
+        )
+    if reply.status == 200 and exchange.facts.stream:
+        raise ProxyError(
+            502, "decode_failed", f"{name} answered a stream with {reply.content_type}"
+        )
+    raw, answer = await read_json(reply, role=role, backend=name, redact=ctx.redact)
+    if converter is None:
+        if not isinstance(answer, dict):
+            raise ProxyError(502, "decode_failed", f"{name} answered a non-object")
+        return web.Response(body=raw, content_type=_JSON, headers=exchange.headers)
+    try:
+        merged = merge_json(
+            converter.first, answer, chat=exchange.chat, request_id=exchange.request_id
+        )
+    except ValueError as exc:
+        raise ProxyError(502, "decode_failed", f"{name}: {exc}") from exc
+    return web.json_response(merged, headers=exchange.headers)
