@@ -11,7 +11,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from generator.spec import LMCachePDSpec, LMCacheServerSpec, Profile, RouterKind, Spec, Topology
+from generator.spec import (
+    DockerAccess,
+    LMCachePDSpec,
+    LMCacheServerSpec,
+    Profile,
+    RouterKind,
+    Spec,
+    Topology,
+)
 
 __all__ = [
     "EnginePlan",
@@ -109,6 +117,9 @@ class HostPlan(_Frozen):
     gpus: tuple[int, ...] = ()
     cpus: tuple[int, ...] = ()
     services: tuple[str, ...] = ()
+    # How to reach this host's Docker engine; None: the local one. Left out of plan.json when
+    # None, so stacks without it render as before.
+    docker: DockerAccess | None = Field(None, exclude_if=lambda value: value is None)
 
 
 class Plan(_Frozen):
