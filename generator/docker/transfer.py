@@ -94,7 +94,7 @@ def _stream(
         timer = threading.Timer(timeout_s, _kill, (expired, save, load))
         timer.start()
         try:
-            sent, load_gone = _pump(save, load, lambda n: on_progress(f"sent {n / 2**30:.2f} GiB"))
+            sent, load_gone = _pump(save, load, on_progress)
         finally:
             timer.cancel()
             _kill_if_running(save, load)
@@ -115,7 +115,7 @@ def _stream(
 
 
 def _pump(
-    save: subprocess.Popen[bytes], load: subprocess.Popen[bytes], report: Callable[[int], None]
+    save: subprocess.Popen[bytes], load: subprocess.Popen[bytes], report: Callable[[str], None]
 ) -> tuple[int, bool]:
     """Copy save's stdout into load's stdin: (bytes copied, whether load went away first)."""
     assert save.stdout is not None
@@ -126,12 +126,15 @@ def _pump(
             load.stdin.write(chunk)
             sent += len(chunk)
             if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-                report(sent)
+                report(f"sent {sent / 2**30:.2f} GiB")
                 last_report = time.monotonic()
+        # The target still unpacks the layers: on a 4 GB image that is most of the time.
+        report(f"sent {sent / 2**30:.2f} GiB, all of it; waiting for docker load to finish")
     except BrokenPipeError:
         load_gone = True
         save.kill()  # nobody reads it any more; load's own output says what went wrong
     finally:
+        save.stdout.close()
         with suppress(BrokenPipeError):
             load.stdin.close()
     save.wait()
