@@ -18,6 +18,16 @@ PUBLIC = {
     },
     "generator.plan": {"Plan", "EnginePlan", "RouterPlan", "HostPlan", "make_plan", "Role"},
     "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.docker": {
+        "LOCAL",
+        "ComposeStack",
+        "DockerEndpoint",
+        "TransferReport",
+        "check_reachable",
+        "image_id",
+        "transfer_images",
+    },
+    "generator.workflow.engines": {"host_endpoint", "host_endpoints"},
     "generator.doctor.isolation": {
         "ContainerView",
         "PidNamespace",
