@@ -187,3 +187,25 @@ def test_a_host_network_container_lives_at_its_hosts_address(
     finally:
         with timed("compose down"):
             stack.down()
+
+
+def test_one_off_containers_run_on_their_hosts_engine(
+    netns_hosts: NetnsHosts, shipped: tuple[str, TransferReport], tmp_path: Path
+) -> None:
+    """start/wait/output/remove all reach hosta's engine: the local one has no such container."""
+    tag, _ = shipped
+    compose_file = tmp_path / "compose.yaml"
+    service = {"image": tag, "pull_policy": "never", "network_mode": "host"}
+    compose_file.write_text(yaml.safe_dump({"services": {"job": service}}), encoding="utf-8")
+    project = f"xpyd-job-{netns_hosts.suffix}"
+    stack = ComposeStack(compose_file, project, endpoint=netns_hosts.a.endpoint)
+    script = "print('ran')"
+    oneoff = stack.start_oneoff("job", ["python", "-c", script], name=f"{project}-1", env={})
+    try:
+        assert oneoff.wait(timeout_s=60) == 0
+        assert oneoff.output() == ("ran\n", "")
+        local = ["docker", "container", "inspect", oneoff.name]  # the local engine's
+        assert subprocess.run(local, capture_output=True, check=False).returncode != 0
+    finally:
+        oneoff.remove()
+        stack.down()
