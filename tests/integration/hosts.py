@@ -10,8 +10,9 @@ engine, reached as a docker context: what multi-host tests bring stacks up on.
 SFX is per run, N a /24 no interface of this machine uses. Each dockerd runs in its namespace
 through ``nsenter --net=`` (``ip netns exec`` remounts /sys, and dockerd then fails with
 "Devices cgroup isn't mounted"), with its own data root (under /var/lib: the disk Docker's
-images live on), exec root, socket, pid file and containerd, and no bridge or iptables rules
-of its own: containers use ``network_mode: host`` and so live at their host's address.
+images live on), exec root, socket, pid file and its own containerd (started here: dockerd
+would otherwise share a system containerd where one runs), and no bridge or iptables rules of
+its own: containers use ``network_mode: host`` and so live at their host's address.
 
 Every run first writes a record (``/var/lib/xpyd-test-hosts/SFX/record.json``) naming all it
 will create; ``remove_hosts`` removes all of that, whatever exists, and ``remove_leftovers``
@@ -53,7 +54,7 @@ _EXEC_ROOT = Path("/run/xpyd-th")  # short: containerd's socket path lies below 
 _SUBNETS = ipaddress.IPv4Network("10.231.0.0/16")  # private, and rarely used by anything else
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
-_TOOLS = ("ip", "nsenter", "setsid", "dockerd", "docker", "iptables", "umount")
+_TOOLS = ("ip", "nsenter", "setsid", "containerd", "dockerd", "docker", "iptables", "umount")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class NetnsHost:
     @property
     def socket(self) -> Path:
         return Path(self.state_dir) / "docker.sock"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return Path(self.exec_root) / "containerd.sock"
 
     @property
     def pidfile(self) -> Path:
@@ -199,6 +204,9 @@ def _create(hosts: NetnsHosts) -> None:
     _create_bridge(hosts)
     for host in hosts.hosts:
         _create_netns(hosts, host)
+        _start_containerd(host)
+    for host in hosts.hosts:
+        _wait_for_socket(host.containerd_socket, deadline=time.monotonic() + _START_TIMEOUT_S)
         _start_dockerd(host)
     deadline = time.monotonic() + _START_TIMEOUT_S
     for host in hosts.hosts:
@@ -245,14 +253,47 @@ def _create_netns(hosts: NetnsHosts, host: NetnsHost) -> None:
     _run([*inside, "link", "set", "lo", "up"])
 
 
+def _start_containerd(host: NetnsHost) -> None:
+    """Its own containerd, in its namespace. dockerd would otherwise use a system containerd
+    where one runs (Docker CE, GitHub's runners): shared with the main engine, and starting
+    every container's shim, so its host network too, in the root namespace."""
+    Path(host.state_dir).mkdir(parents=True, exist_ok=True)
+    Path(host.exec_root).mkdir(parents=True, exist_ok=True)
+    config = Path(host.state_dir) / "containerd.toml"
+    config.write_text(
+        "version = 2\n"
+        f'root = "{host.data_root}/containerd"\n'
+        f'state = "{host.exec_root}/containerd"\n'
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+        f'[grpc]\n  address = "{host.containerd_socket}"\n',
+        encoding="utf-8",
+    )
+    command = [*_in_netns_detached(host), "containerd", "--config", str(config)]
+    with (Path(host.state_dir) / "containerd.log").open("ab") as log:
+        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
+
+
+def _in_netns_detached(host: NetnsHost) -> list[str]:
+    """nsenter, not `ip netns exec` (module docstring). setsid --fork: the daemon is no child
+    of this process (init reaps it) and in its own session (a Ctrl+C of the test run does not
+    reach it; teardown stops it)."""
+    return ["nsenter", f"--net=/var/run/netns/{host.netns}", "setsid", "--fork"]
+
+
+def _wait_for_socket(path: Path, *, deadline: float) -> None:
+    while not path.is_socket():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear in {_START_TIMEOUT_S:.0f} s")
+        time.sleep(0.1)
+
+
 def _start_dockerd(host: NetnsHost) -> None:
     state = Path(host.state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    Path(host.exec_root).mkdir(parents=True, exist_ok=True)
     config = state / "daemon.json"  # its own: a host's /etc/docker/daemon.json may clash
     config.write_text("{}\n", encoding="utf-8")
     options = {
         "--config-file": str(config),
+        "--containerd": str(host.containerd_socket),
         "--data-root": str(host.data_root),
         "--exec-root": host.exec_root,
         "--host": f"unix://{host.socket}",
@@ -262,10 +303,7 @@ def _start_dockerd(host: NetnsHost) -> None:
         "--ip-masq": "false",
         "--shutdown-timeout": "5",
     }
-    # nsenter, not `ip netns exec` (module docstring). setsid --fork: dockerd is no child of
-    # this process (init reaps it) and in its own session (a Ctrl+C of the test run does not
-    # reach it; teardown stops it by its pid file).
-    command = ["nsenter", f"--net=/var/run/netns/{host.netns}", "setsid", "--fork", "dockerd"]
+    command = [*_in_netns_detached(host), "dockerd"]
     command += [f"{name}={value}" for name, value in options.items()]
     with host.log.open("ab") as log:
         subprocess.run(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
@@ -318,8 +356,8 @@ def _remove_host(host: NetnsHost) -> list[str]:
 
 
 def _stop_dockerd(host: NetnsHost) -> list[str]:
-    """SIGTERM by pid file (dockerd stops its containers and containerd), then SIGKILL;
-    then whatever of its containerd and shims outlived it, found by its exec root."""
+    """dockerd by its pid file (SIGTERM: it stops its containers; then SIGKILL), then its
+    containerd and any shim left, found by the exec root in their command lines."""
     problems: list[str] = []
     pid = _pid_in(host.pidfile)
     if pid is not None and not _terminate(pid):
