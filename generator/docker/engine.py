@@ -96,7 +96,7 @@ def _daemon_pid() -> int | None:
 def container_publishing(port: int, endpoint: DockerEndpoint = LOCAL) -> str | None:
     """The container whose published port this is (docker-proxy holds it on the host)."""
     try:
-        containers = client(endpoint).container.list(filters={"publish": str(port)})
+        containers = client(endpoint).container.list(filters=[("publish", str(port))])
     except DockerException:
         return None
     return containers[0].name if containers else None
