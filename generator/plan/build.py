@@ -13,8 +13,10 @@ from generator.plan.models import (
 )
 from generator.plan.placement import GpuView, Slot, gpu_views, place_engines
 from generator.plan.ports import PortBook
+from generator.plan.resolve import resolve_hf, resolve_model, resolve_ucx
 from generator.plan.warnings import collect_warnings
 from generator.spec import (
+    GroupSpec,
     LMCachePDSpec,
     LMCacheServerSpec,
     Profile,
@@ -51,6 +53,12 @@ def make_plan(spec: Spec) -> Plan:
         profile=spec.profile,
         network=network,
         rdma=_rdma(spec, slots),
+        ucx=resolve_ucx(spec),
+        gpu_access=spec.gpu.access,
+        model=resolve_model(spec),
+        hf=resolve_hf(spec),
+        images=spec.images,
+        lmcache_chunk_size=spec.lmcache.chunk_size,
         hosts=hosts,
         prefill=prefill,
         decode=decode,
@@ -58,9 +66,8 @@ def make_plan(spec: Spec) -> Plan:
         lmcache_server=_lmcache_server(spec),
         lmcache_pd=_lmcache_pd(spec),
         ports=book.table(),
-        spec=spec,
     )
-    return plan.model_copy(update={"warnings": tuple(collect_warnings(plan))})
+    return plan.model_copy(update={"warnings": tuple(collect_warnings(plan, spec))})
 
 
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:
@@ -148,6 +155,7 @@ def _plan_router(spec: Spec, book: PortBook, network: Network) -> RouterPlan:
         notify_port=notify,
         policy=spec.router.policy,
         session_header=spec.router.session_header,
+        extra_args=tuple(spec.router.extra_args),
     )
 
 
@@ -156,7 +164,8 @@ def _plan_engine(
 ) -> EnginePlan:
     name = f"{slot.role.value}-{slot.index}"
     host = next(h for h in spec.hosts if h.name == slot.host)
-    tp = getattr(spec, slot.role.value).tp
+    group: GroupSpec = getattr(spec, slot.role.value)
+    tp = group.tp
     bases = spec.ports
 
     def block(
@@ -202,6 +211,9 @@ def _plan_engine(
         cpus=() if gpu else slot.devices,
         tp=tp,
         http_port=http,
+        gpu_memory_utilization=group.gpu_memory_utilization,
+        extra_args=tuple(group.extra_args),
+        extra_env=dict(group.env),
         **fields,
     )
 

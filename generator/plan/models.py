@@ -1,7 +1,9 @@
-"""The plan: every decision about where things run and which ports they use, resolved.
+"""The plan: every decision about where things run, which ports they use and what they run
+with, resolved.
 
-A plan is pure data made from a spec (``make_plan``); renderers read only the plan and the
-spec it came from. ``Plan.port_table()`` lists every port with its owner, per host.
+A plan is pure data made from a spec (``make_plan``) and the whole contract: render, probes
+and the workflow read only the plan (plan.json says everything that will be rendered and run).
+``Plan.ports`` lists every port with its owner, per host.
 """
 
 from __future__ import annotations
@@ -11,17 +13,29 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from generator.spec import LMCachePDSpec, LMCacheServerSpec, Profile, RouterKind, Spec, Topology
+from generator.spec import (
+    GpuAccess,
+    ImagesSpec,
+    LMCachePDSpec,
+    LMCacheServerSpec,
+    Profile,
+    RouterKind,
+    Topology,
+)
 
 __all__ = [
     "EnginePlan",
+    "HFPlan",
     "HostPlan",
     "LMCacheServerPlan",
+    "ModelPlan",
     "Network",
     "Plan",
     "PortUse",
     "Role",
     "RouterPlan",
+    "TokenPlan",
+    "UcxPlan",
 ]
 
 
@@ -42,6 +56,39 @@ class PortUse(_Frozen):
     port: int
     owner: str  # service name
     purpose: str  # e.g. "http", "nixl side channel (tp rank 1)"
+
+
+class ModelPlan(_Frozen):
+    id: str  # HF repo id, or the path inside the containers (host-path, synthetic)
+    served_name: str  # what clients ask for: model.served_name, else the id
+    source: Literal["hub", "host-path", "synthetic"]
+    host_path: str | None = None  # host folder mounted read-only at ``id`` (host-path)
+    dtype: str
+    max_model_len: int | None = None
+    extra_args: tuple[str, ...] = ()  # vLLM arguments of every engine
+
+
+class TokenPlan(_Frozen):
+    """Where the HF token comes from (never the token): a compose secret read from an
+    environment variable or a file, or an env file handed to the containers."""
+
+    source: Literal["env", "file", "env-file"]
+    name: str  # the variable's name, or the path (relative to the checkout unless absolute)
+
+    @property
+    def is_secret(self) -> bool:
+        return self.source != "env-file"
+
+
+class HFPlan(_Frozen):
+    offline: bool  # HF_HUB_OFFLINE=1: asked for, or the model does not come from the hub
+    cache_dir: str | None = None  # host folder bound as the model cache volume
+    token: TokenPlan | None = None
+
+
+class UcxPlan(_Frozen):
+    tls: str | None = None  # UCX_TLS
+    net_devices: str | None = None  # UCX_NET_DEVICES
 
 
 class LMCacheServerPlan(_Frozen):
@@ -69,6 +116,9 @@ class EnginePlan(_Frozen):
     cpus: tuple[int, ...] = ()
     tp: int
     http_port: int
+    gpu_memory_utilization: float | None = None
+    extra_args: tuple[str, ...] = ()  # the group's vLLM arguments, after the model's
+    extra_env: dict[str, str] = Field(default_factory=dict)  # the group's env, over ours
     side_channel_ports: tuple[int, ...] = ()  # NIXL handshake, one per TP rank (nixl-mp)
     lmcache_server: LMCacheServerPlan | None = None  # nixl-mp
     pd_init_ports: tuple[int, ...] = ()  # lmcache-pd decoders, one per TP rank
@@ -101,6 +151,7 @@ class RouterPlan(_Frozen):
     notify_port: int | None = None  # proxy's ZMQ PULL socket for LMCache P/D notices
     policy: str
     session_header: str | None = None
+    extra_args: tuple[str, ...] = ()
 
 
 class HostPlan(_Frozen):
@@ -117,6 +168,12 @@ class Plan(_Frozen):
     profile: Profile
     network: Network
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)
+    ucx: UcxPlan
+    gpu_access: GpuAccess
+    model: ModelPlan
+    hf: HFPlan
+    images: ImagesSpec  # base images, registry, pins and pip settings of the builds
+    lmcache_chunk_size: int
     hosts: tuple[HostPlan, ...]
     prefill: tuple[EnginePlan, ...]
     decode: tuple[EnginePlan, ...]
@@ -125,7 +182,6 @@ class Plan(_Frozen):
     lmcache_pd: LMCachePDSpec | None = None
     ports: tuple[PortUse, ...]
     warnings: tuple[str, ...] = ()
-    spec: Spec = Field(exclude=True)
 
     @property
     def engines(self) -> tuple[EnginePlan, ...]:

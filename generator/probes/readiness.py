@@ -22,7 +22,7 @@ def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
 
 
 def served_model(plan: Plan) -> str:
-    return plan.spec.model.served_name or plan.spec.model.id
+    return plan.model.served_name
 
 
 def engine_checks(plan: Plan, engine: EnginePlan, host: str = "127.0.0.1") -> list[Check]:

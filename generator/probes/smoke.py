@@ -45,7 +45,7 @@ def run_smoke(
 ) -> SmokeResult:
     """``logs(services)`` returns those services' logs (where UCX names its transport)."""
     router = f"http://{host}:{plan.router.port}"
-    model = plan.spec.model.served_name or plan.spec.model.id
+    model = plan.model.served_name
     headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
     with httpx.Client(timeout=timeout_s) as client:
         before = _decode_metrics(client, plan, host)
@@ -107,8 +107,8 @@ def _lmcache_objects(client: httpx.Client, plan: Plan, host: str) -> dict[str, i
 def _long_prompt(client: httpx.Client, plan: Plan, host: str, model: str, nonce: str) -> str:
     """A fresh prompt (the nonce defeats prefix caches) of a few LMCache chunks, sized with
     the decoder's own tokenizer to stay inside max_model_len."""
-    chunk = plan.spec.lmcache.chunk_size
-    limit = (plan.spec.model.max_model_len or 4096) - _MAX_TOKENS - 64
+    chunk = plan.lmcache_chunk_size
+    limit = (plan.model.max_model_len or 4096) - _MAX_TOKENS - 64
     # On GPUs a few thousand tokens (hundreds of MiB of KV): a transfer of microseconds would
     # be timed mostly by vLLM's completion polling, not by the link.
     wanted = 3 * chunk if plan.profile is Profile.CPU else 4096

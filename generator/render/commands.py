@@ -27,21 +27,19 @@ _VLLM = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 
 
 def engine_command(plan: Plan, engine: EnginePlan) -> list[str]:
-    spec = plan.spec
-    model = spec.model
-    group = getattr(spec, engine.role.value)
+    model = plan.model
     args = [*_VLLM, "--model", model.id, "--host", "0.0.0.0", "--port", str(engine.http_port)]
-    args += ["--served-model-name", model.served_name or model.id]
+    args += ["--served-model-name", model.served_name]
     args += ["--tensor-parallel-size", str(engine.tp), "--dtype", model.dtype]
     if model.max_model_len is not None:
         args += ["--max-model-len", str(model.max_model_len)]
-    if group.gpu_memory_utilization is not None:
-        args += ["--gpu-memory-utilization", str(group.gpu_memory_utilization)]
+    if engine.gpu_memory_utilization is not None:
+        args += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
     args += [
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(plan, engine), separators=(",", ":")),
     ]
-    return [*args, *model.extra_args, *group.extra_args]
+    return [*args, *model.extra_args, *engine.extra_args]
 
 
 def kv_transfer_config(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
@@ -107,7 +105,7 @@ def lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
         "--eviction-policy",
         settings.eviction_policy,
     ]
-    args += ["--chunk-size", str(plan.spec.lmcache.chunk_size), "--instance-id", engine.name]
+    args += ["--chunk-size", str(plan.lmcache_chunk_size), "--instance-id", engine.name]
     if settings.supported_transfer_mode is not None:
         args += ["--supported-transfer-mode", settings.supported_transfer_mode]
     return [*args, *settings.extra_args]
@@ -125,7 +123,7 @@ def router_command(plan: Plan) -> list[str]:
         args += ["--prefill", engine.url]
     for engine in plan.decode:
         args += ["--decode", engine.url]
-    return [*args, *plan.spec.router.extra_args]
+    return [*args, *router.extra_args]
 
 
 def _number(value: float | None) -> str:

@@ -123,26 +123,24 @@ def _pull_policy(tag: str) -> str:
 
 def _model_volume(plan: Plan) -> dict[str, Any]:
     volume: dict[str, Any] = {"name": _MODEL_CACHE_VOLUME}
-    if plan.spec.hf.cache_dir:
+    if plan.hf.cache_dir:
         volume["driver"] = "local"
-        volume["driver_opts"] = {"type": "none", "o": "bind", "device": plan.spec.hf.cache_dir}
+        volume["driver_opts"] = {"type": "none", "o": "bind", "device": plan.hf.cache_dir}
     return volume
 
 
 def _secrets(plan: Plan, root: PurePosixPath) -> dict[str, Any]:
-    token = plan.spec.hf.token
-    if token is None:
+    token = plan.hf.token
+    if token is None or not token.is_secret:
         return {}
-    if token.env:
-        return {"hf_token": {"environment": token.env}}
-    if token.file:
-        return {"hf_token": {"file": _from_compose_dir(token.file, root)}}
-    return {}
+    if token.source == "env":
+        return {"hf_token": {"environment": token.name}}
+    return {"hf_token": {"file": _from_compose_dir(token.name, root)}}
 
 
 def _env_files(plan: Plan, root: PurePosixPath) -> list[str]:
-    token = plan.spec.hf.token
-    return [_from_compose_dir(token.env_file, root)] if token and token.env_file else []
+    token = plan.hf.token
+    return [_from_compose_dir(token.name, root)] if token and not token.is_secret else []
 
 
 def _from_compose_dir(path: str, root: PurePosixPath) -> str:

@@ -17,7 +17,7 @@ def lmcache_pd_config(plan: Plan, engine: EnginePlan) -> dict[str, Any]:
     settings = plan.lmcache_pd
     assert settings is not None, "lmcache-pd only"
     config: dict[str, Any] = {
-        "chunk_size": plan.spec.lmcache.chunk_size,
+        "chunk_size": plan.lmcache_chunk_size,
         # Chunk keys that do not depend on PYTHONHASHSEED (LMCache's builtin hash needs it equal
         # on every instance, else the decoder finds nothing and silently recomputes: measured).
         "pre_caching_hash_algorithm": "sha256_cbor",

@@ -25,7 +25,7 @@ def proxy_config(plan: Plan) -> dict[str, Any]:
     config = ProxyConfig(
         protocol="lmcache-pd" if lmcache_pd else "nixl",
         listen=ListenConfig(host="0.0.0.0", port=router.port),
-        model=plan.spec.model.served_name or plan.spec.model.id,
+        model=plan.model.served_name,
         policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),
         session_header=router.session_header,
         prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],

@@ -28,7 +28,7 @@ from generator.render.commands import (
     lmcache_server_command,
     router_command,
 )
-from generator.spec import GpuAccess, GroupSpec, Profile, RouterKind, Topology
+from generator.spec import GpuAccess, Profile, RouterKind, Topology
 
 __all__ = [
     "HF_HOME",
@@ -117,7 +117,7 @@ def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
     }
     service["command"] = ["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--help"]
     env = {"HF_HOME": HF_HOME}
-    if plan.spec.hf.offline or plan.spec.model.source != "hub":
+    if plan.hf.offline:
         env["HF_HUB_OFFLINE"] = "1"
     if _token_secret(plan):
         env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"
@@ -128,28 +128,26 @@ def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
     if plan.network == "host":
         service["network_mode"] = "host"
     service["volumes"] = [f"model-cache:{HF_HOME}"]
-    if plan.spec.model.source == "host-path":
-        service["volumes"].append(f"{plan.spec.model.host_path}:{plan.spec.model.id}:ro")
+    if plan.model.host_path is not None:
+        service["volumes"].append(f"{plan.model.host_path}:{plan.model.id}:ro")
     return service | _common(plan, "bench", "bench", plan.router.host)
 
 
 def _token_secret(plan: Plan) -> bool:
-    token = plan.spec.hf.token
-    return token is not None and bool(token.env or token.file)
+    return plan.hf.token is not None and plan.hf.token.is_secret
 
 
 def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
-    spec = plan.spec
     env = {"PYTHONHASHSEED": "0", "HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE}
     # (the same hash seed on every instance gives the same KV chunk keys)
-    if spec.hf.offline or spec.model.source != "hub":
+    if plan.hf.offline:
         env["HF_HUB_OFFLINE"] = "1"
     if _token_secret(plan):
         env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"  # a compose secret, never an env value
-    if spec.networking.ucx_tls:
-        env["UCX_TLS"] = spec.networking.ucx_tls
-    if spec.networking.ucx_net_devices:
-        env["UCX_NET_DEVICES"] = spec.networking.ucx_net_devices
+    if plan.ucx.tls:
+        env["UCX_TLS"] = plan.ucx.tls
+    if plan.ucx.net_devices:
+        env["UCX_NET_DEVICES"] = plan.ucx.net_devices
     # UCX prints the protocol and transport it selects (cuda_ipc, rc, tcp...) to the log once
     # per new endpoint configuration: how the smoke verdict names the KV transport.
     env["UCX_PROTO_INFO"] = "y"
@@ -169,8 +167,7 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["LMCACHE_TRACK_USAGE"] = "false"
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
         env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    group: GroupSpec = getattr(spec, engine.role.value)
-    return env | group.env
+    return env | engine.extra_env
 
 
 def _nixl_telemetry_env(plan: Plan, port: int) -> dict[str, str]:
@@ -207,7 +204,7 @@ def _compute(plan: Plan, *, devices: tuple[int, ...], cpus: tuple[int, ...], rdm
     service = {"ipc": "host", "pid": "host", "cap_add": ["IPC_LOCK", "SYS_PTRACE"]}
     service["ulimits"] = {"memlock": {"soft": -1, "hard": -1}}
     nodes = ["/dev/infiniband:/dev/infiniband"] if rdma else []
-    access = plan.spec.gpu.access
+    access = plan.gpu_access
     if devices and access is GpuAccess.CDI:
         nodes += [f"nvidia.com/gpu={device}" for device in devices]
     elif devices and access is GpuAccess.NVIDIA_RUNTIME:
@@ -230,17 +227,16 @@ def _gpu_env(plan: Plan, visible: tuple[int, ...]) -> dict[str, str]:
     if not visible:
         return {}
     env: dict[str, str] = {}
-    if plan.spec.gpu.access is GpuAccess.NVIDIA_RUNTIME:
+    if plan.gpu_access is GpuAccess.NVIDIA_RUNTIME:
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, visible))
         env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
     return env
 
 
 def _engine_volumes(plan: Plan) -> list[Any]:
-    spec = plan.spec
     volumes: list[Any] = [f"model-cache:{HF_HOME}", f"vllm-cache:{VLLM_CACHE}"]
-    if spec.model.source == "host-path":
-        volumes.append(f"{spec.model.host_path}:{spec.model.id}:ro")
+    if plan.model.host_path is not None:
+        volumes.append(f"{plan.model.host_path}:{plan.model.id}:ro")
     if plan.profile is Profile.CPU:
         # An empty, read-only node directory: vLLM then keeps to the container's cpuset.
         volumes.append({"type": "tmpfs", "target": "/sys/devices/system/node", "read_only": True})
