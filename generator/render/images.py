@@ -15,7 +15,9 @@ from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.jinja import render_template
-from generator.spec import Profile, RouterKind, Topology
+from generator.routers import router_of
+from generator.spec import Profile
+from generator.topologies import topology_of
 from generator.versions import PackagePins, load_versions
 
 __all__ = [
@@ -76,7 +78,7 @@ class _BaseStages:
 
 def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
     base = _engine_base(plan, workspace)
-    roles = ["prefill", "decode"] + (["lmcache"] if plan.topology is Topology.NIXL_MP else [])
+    roles = ["prefill", "decode", *topology_of(plan).extra_image_roles]
     return [
         *(_engine_role(plan, workspace, role, base) for role in roles),
         _router(plan, workspace),
@@ -154,9 +156,8 @@ def _check_args(pip_gaps: list[tuple[str, str]]) -> list[str]:
 
 def _engine_role(plan: Plan, workspace: Workspace, role: str, base: _BaseStages) -> ImageBuild:
     command = ["lmcache", "server", "--help"] if role == "lmcache" else _VLLM_HELP
-    # vLLM's CPU build needs our KV connector for LMCache's in-process P/D (lmcache-pd).
-    cpu_connector = (
-        plan.profile is Profile.CPU and plan.topology is Topology.LMCACHE_PD and role != "lmcache"
+    cpu_connector = role in ("prefill", "decode") and topology_of(plan).needs_cpu_connector(
+        plan.profile
     )
     text = render_template(
         workspace.templates_dir,
@@ -187,7 +188,7 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
     sources = sorted(
         str(path.relative_to(workspace.root))
         for path in proxy_dir.rglob("*.py")
-        if plan.router.kind is RouterKind.PROXY
+        if router_of(plan).ships_proxy
     )
     tag = _tag(plan, workspace, "router", text, [ROUTER_LOCK, *sources])
     return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)
