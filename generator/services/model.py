@@ -1,4 +1,5 @@
-"""The neutral service model: what runs where, with no serializer's shapes in it."""
+"""The neutral service model: what runs where, with no serializer's shapes in it. Today it
+holds the config files the units hand to render (LMCache's, the proxy's)."""
 
 from __future__ import annotations
 
