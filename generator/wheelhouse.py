@@ -45,7 +45,7 @@ _BOOKWORM = _Platform("3.11", 36)
 
 
 def wheelhouse_dir(plan: Plan, workspace: Workspace) -> Path | None:
-    folder = plan.spec.images.pip.wheelhouse
+    folder = plan.images.pip.wheelhouse
     return workspace.images_dir / folder if folder else None
 
 

@@ -16,7 +16,21 @@ PUBLIC = {
         "Profile",
         "RouterKind",
     },
-    "generator.plan": {"Plan", "EnginePlan", "RouterPlan", "HostPlan", "make_plan", "Role"},
+    "generator.plan": {
+        "Plan",
+        "EnginePlan",
+        "RouterPlan",
+        "HostPlan",
+        "make_plan",
+        "Role",
+        "ModelPlan",
+        "HFPlan",
+        "TopologyPlan",
+        "EngineKV",
+        "SidecarPlan",
+    },
+    "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
+    "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
     "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
     "generator.docker": {
         "LOCAL",
@@ -64,7 +78,8 @@ def test_spec_plan_render_never_import_docker_or_workflow() -> None:
     import sys
 
     probe = (
-        "import sys, generator.spec, generator.plan, generator.render, generator.render.writer; "
+        "import sys, generator.spec, generator.plan, generator.plan.build, generator.topologies, "
+        "generator.routers, generator.render, generator.render.writer; "
         "print(sorted(m for m in sys.modules if m.startswith(('python_on_whales', "
         "'generator.workflow', 'generator.docker', 'generator.console', 'httpx'))))"
     )

@@ -47,7 +47,7 @@ def validate(stacks: StackArg = None, all_stacks: AllOpt = False, set_: SetOpt =
             warn(f"{plan.stack}: {line}")
         success(
             f"{plan.stack}: valid ({len(plan.prefill)}P{len(plan.decode)}D, "
-            f"{plan.topology.value}, {plan.profile.value})"
+            f"{plan.topology.kind.value}, {plan.profile.value})"
         )
 
 

@@ -34,7 +34,7 @@ def _plain(*cells: str) -> list[Text]:
 def print_plan(plan: Plan) -> None:
     console = _console()
     summary = (
-        f": {plan.topology.value}, {plan.profile.value} profile, "
+        f": {plan.topology.kind.value}, {plan.profile.value} profile, "
         f"{len(plan.prefill)}P{len(plan.decode)}D, {plan.network} network, "
         f"RDMA {'on' if plan.rdma else 'off'}, router {plan.router.kind.value} "
         f"at {plan.router.advertise_host}:{plan.router.port}"
@@ -57,12 +57,7 @@ def _engines(plan: Plan) -> Table:
     for engine in plan.engines:
         ids = ",".join(map(str, engine.gpus or engine.cpus))
         sees = [] if not engine.gpus else [_gpu_view(engine.visible_gpus, engine.cuda_devices)]
-        if engine.side_channel_ports:
-            kv = f"nixl {_span(engine.side_channel_ports)}"
-        elif engine.pd_init_ports:
-            kv = f"init {_span(engine.pd_init_ports)} alloc {_span(engine.pd_alloc_ports)}"
-        else:
-            kv = "-"
+        kv = engine.kv.describe()
         table.add_row(
             *_plain(engine.name, engine.host, ids, *sees, str(engine.tp), str(engine.http_port), kv)
         )
@@ -95,10 +90,6 @@ def _port_runs(plan: Plan) -> list[tuple[str, int, int, str, str]]:
                 continue
         runs.append((use.host, use.port, use.port, use.owner, purpose))
     return runs
-
-
-def _span(ports: tuple[int, ...]) -> str:
-    return str(ports[0]) if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"
 
 
 def print_verdict(plan: Plan, result: SmokeResult) -> None:

@@ -82,7 +82,7 @@ def gpu_access_checks(view: HostView) -> list[CheckRow]:
     """Which ways of handing GPUs to containers this host supports, against the spec's."""
     if not view.gpu_profile:
         return [CheckRow("GPU access", "-", "cpu profile: no GPUs", Verdict.SKIP)]
-    wanted = view.plan.spec.gpu.access
+    wanted = view.plan.gpu_access
     supported = supported_gpu_access(view)
     found = ", ".join(f"{mode.value}: {'yes' if ok else 'no'}" for mode, ok in supported.items())
     ok = supported[wanted]

@@ -12,6 +12,7 @@ import psutil
 from generator.doctor.context import HostView, local_addresses
 from generator.doctor.ports import busy_ports, ephemeral_range, holder_of, published_ports
 from generator.doctor.report import CheckRow, Verdict
+from generator.plan import TokenPlan
 from generator.plan.agent_ports import agent_on
 
 __all__ = ["address_checks", "disk_checks", "port_checks", "shm_checks", "token_checks"]
@@ -135,23 +136,22 @@ def port_checks(view: HostView) -> list[CheckRow]:
 def disk_checks(view: HostView) -> list[CheckRow]:
     if not view.engines:
         return []
-    spec = view.plan.spec
+    model, hf = view.plan.model, view.plan.hf
     profile = view.plan.profile.value
-    model_gib = _model_size_gib(spec.model.id) if spec.model.source == "hub" else 0
-    if spec.model.source == "host-path":
-        assert spec.model.host_path is not None
-        path_ok = Path(spec.model.host_path).is_dir()
+    model_gib = _model_size_gib(model.id) if model.source == "hub" else 0
+    if model.host_path is not None:
+        path_ok = Path(model.host_path).is_dir()
         if not path_ok:
             return [
                 CheckRow(
                     "model.host_path",
-                    f"{spec.model.host_path} exists",
+                    f"{model.host_path} exists",
                     "missing",
                     Verdict.FAIL,
                     "copy the model there, or fix model.host_path",
                 )
             ]
-    where = spec.hf.cache_dir or (view.facts.root_dir if view.facts else "/var/lib/docker")
+    where = hf.cache_dir or (view.facts.root_dir if view.facts else "/var/lib/docker")
     probe = _existing_parent(Path(where))
     free_gib = shutil.disk_usage(probe).free / _GIB
     needed = _IMAGE_GIB[profile] + model_gib
@@ -185,9 +185,8 @@ def _existing_parent(path: Path) -> Path:
 
 def token_checks(view: HostView) -> list[CheckRow]:
     """The token's source is present (never its value). A gated hub model needs one."""
-    spec = view.plan.spec
-    needs = spec.model.source == "hub" and not spec.hf.offline and bool(view.engines)
-    token = spec.hf.token
+    needs = not view.plan.hf.offline and bool(view.engines)  # offline: not from the hub
+    token = view.plan.hf.token
     if not needs:
         return [CheckRow("HF token", "-", "model is not downloaded from the hub", Verdict.SKIP)]
     if token is None:
@@ -201,7 +200,7 @@ def token_checks(view: HostView) -> list[CheckRow]:
                 required=False,
             )
         ]
-    where, present = _token_present(view, token.env, token.file, token.env_file)
+    where, present = _token_present(view, token)
     return [
         CheckRow(
             "HF token",
@@ -213,17 +212,16 @@ def token_checks(view: HostView) -> list[CheckRow]:
     ]
 
 
-def _token_present(
-    view: HostView, env: str | None, file: str | None, env_file: str | None
-) -> tuple[str, bool]:
-    if env:
-        return f"environment variable {env}", bool(os.environ.get(env, "").strip())
-    path = view.workspace.root / (file or env_file or "")
-    if file:
-        return f"file {file}", path.is_file() and bool(path.read_text(encoding="utf-8").strip())
+def _token_present(view: HostView, token: TokenPlan) -> tuple[str, bool]:
+    if token.source == "env":
+        return f"environment variable {token.name}", bool(os.environ.get(token.name, "").strip())
+    path = view.workspace.root / token.name
+    if token.source == "file":
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        return f"file {token.name}", bool(text.strip())
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     found = any(
         line.strip().startswith("HF_TOKEN=") and line.strip() != "HF_TOKEN="
         for line in text.splitlines()
     )
-    return f"HF_TOKEN in {env_file}", found
+    return f"HF_TOKEN in {token.name}", found

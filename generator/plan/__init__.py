@@ -1,25 +1,73 @@
-"""Planning: Spec -> Plan (hosts, devices, every port). Pure; never touches the machine."""
+"""Planning: Spec -> Plan (hosts, devices, every port, every setting resolved). Pure; never
+touches the machine.
 
-from generator.plan.build import make_plan
+The plan's models are imported from here by the topology and router units, which the planner
+(build.py) consults: so build.py is imported when ``make_plan`` is first called, not here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from generator.plan.models import (
     EnginePlan,
+    HFPlan,
     HostPlan,
-    LMCacheServerPlan,
+    ModelPlan,
     Network,
     Plan,
     PortUse,
     Role,
+    TokenPlan,
+    UcxPlan,
+)
+from generator.plan.parts import (
+    EngineKV,
+    LMCachePDReceiverKV,
+    LMCachePDSenderKV,
+    LMCachePDTopology,
+    LMCacheServerPlan,
+    NixlMPEngineKV,
+    NixlMPTopology,
+    ProxyRouterPlan,
     RouterPlan,
+    SidecarPlan,
+    TopologyPlan,
+    VllmRouterPlan,
 )
 
+if TYPE_CHECKING:
+    from generator.spec import Spec
+
 __all__ = [
+    "EngineKV",
     "EnginePlan",
+    "HFPlan",
     "HostPlan",
+    "LMCachePDReceiverKV",
+    "LMCachePDSenderKV",
+    "LMCachePDTopology",
     "LMCacheServerPlan",
+    "ModelPlan",
     "Network",
+    "NixlMPEngineKV",
+    "NixlMPTopology",
     "Plan",
     "PortUse",
+    "ProxyRouterPlan",
     "Role",
     "RouterPlan",
+    "SidecarPlan",
+    "TokenPlan",
+    "TopologyPlan",
+    "UcxPlan",
+    "VllmRouterPlan",
     "make_plan",
 ]
+
+
+def make_plan(spec: Spec) -> Plan:
+    """Spec -> Plan: pure and deterministic (generator/plan/build.py)."""
+    from generator.plan.build import build_plan
+
+    return build_plan(spec)

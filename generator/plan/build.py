@@ -1,66 +1,57 @@
-"""``make_plan``: Spec -> Plan. Pure and deterministic: same spec, same plan."""
+"""``build_plan`` (``generator.plan.make_plan``): Spec -> Plan. Pure and deterministic.
+
+What differs between topologies and router kinds (their settings, their own ports) comes
+from their units (generator/topologies/, generator/routers/); ports are claimed in a fixed
+order: fixed ones, the router's, then engine by engine.
+"""
 
 from __future__ import annotations
 
-from generator.plan.models import (
-    EnginePlan,
-    HostPlan,
-    LMCacheServerPlan,
-    Network,
-    Plan,
-    Role,
-    RouterPlan,
-)
+from generator.plan.models import EnginePlan, HostPlan, Network, Plan, Role
+from generator.plan.parts import RouterPlan, SidecarPlan
 from generator.plan.placement import GpuView, Slot, gpu_views, place_engines
 from generator.plan.ports import PortBook
+from generator.plan.resolve import resolve_hf, resolve_model, resolve_ucx
 from generator.plan.warnings import collect_warnings
-from generator.spec import (
-    LMCachePDSpec,
-    LMCacheServerSpec,
-    Profile,
-    RouterKind,
-    Spec,
-    Topology,
-)
+from generator.routers import RouterSite, router_kind, router_unit
+from generator.spec import GroupSpec, HostSpec, Profile, Spec
+from generator.topologies import EngineSite, TopologyUnit, topology_unit
 
-__all__ = ["make_plan"]
-
-# Seed A's proxy listens on 9100, node_exporter's port on most GPU hosts: the seed stacks keep
-# it (router.port), everything else defaults to 8100.
-_DEFAULT_ROUTER_PORT = {RouterKind.PROXY: 8100, RouterKind.VLLM_ROUTER: 30000}
-_CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs little
-_GPU_L1_SIZE_GB = 100.0  # the MP docs' value
+__all__ = ["build_plan"]
 
 
-def make_plan(spec: Spec) -> Plan:
+def build_plan(spec: Spec) -> Plan:
     network: Network = "host" if spec.profile is Profile.GPU else "bridge"
+    topology = topology_unit(spec.topology)
     book = PortBook()
     slots = place_engines(spec)
     _claim_fixed_ports(spec, book, slots)
-    router = _plan_router(spec, book, network)
+    router = _plan_router(spec, book, network, notices=topology.router_notices)
     views = gpu_views(slots) if spec.profile is Profile.GPU else {}
-    engines = [_plan_engine(spec, book, network, slot, views.get(slot)) for slot in slots]
-    prefill = tuple(e for e in engines if e.role is Role.PREFILL)
-    decode = tuple(e for e in engines if e.role is Role.DECODE)
-    hosts = tuple(
-        _plan_host(spec, position, engines, router) for position in range(len(spec.hosts))
-    )
+    engines = [
+        _plan_engine(spec, book, network, slot, views.get(slot), topology=topology)
+        for slot in slots
+    ]
+    sidecars = tuple(sidecar for engine in engines for sidecar in topology.sidecars(engine))
     plan = Plan(
         stack=spec.name,
-        topology=spec.topology,
+        topology=topology.plan_settings(spec),
         profile=spec.profile,
         network=network,
         rdma=_rdma(spec, slots),
-        hosts=hosts,
-        prefill=prefill,
-        decode=decode,
+        ucx=resolve_ucx(spec),
+        gpu_access=spec.gpu.access,
+        model=resolve_model(spec),
+        hf=resolve_hf(spec),
+        images=spec.images,
+        hosts=tuple(_plan_host(host, engines, sidecars, router) for host in spec.hosts),
+        prefill=tuple(e for e in engines if e.role is Role.PREFILL),
+        decode=tuple(e for e in engines if e.role is Role.DECODE),
         router=router,
-        lmcache_server=_lmcache_server(spec),
-        lmcache_pd=_lmcache_pd(spec),
+        sidecars=sidecars,
         ports=book.table(),
-        spec=spec,
     )
-    return plan.model_copy(update={"warnings": tuple(collect_warnings(plan))})
+    return plan.model_copy(update={"warnings": tuple(collect_warnings(plan, spec))})
 
 
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:
@@ -72,25 +63,6 @@ def _rdma(spec: Spec, slots: list[Slot]) -> bool:
     decode_hosts = {slot.host for slot in slots if slot.role is Role.DECODE}
     crosses = any(p != d for p in prefill_hosts for d in decode_hosts)
     return spec.profile is Profile.GPU and crosses
-
-
-def _lmcache_server(spec: Spec) -> LMCacheServerSpec | None:
-    if spec.topology is not Topology.NIXL_MP:
-        return None
-    given = spec.lmcache.server or LMCacheServerSpec()
-    cpu = spec.profile is Profile.CPU
-    l1 = given.l1_size_gb or (_CPU_L1_SIZE_GB if cpu else _GPU_L1_SIZE_GB)
-    # On CPU the vLLM worker can only use engine-driven transfers; `auto` serves both kinds.
-    mode = given.supported_transfer_mode or ("auto" if cpu else "lmcache_driven")
-    return given.model_copy(update={"l1_size_gb": l1, "supported_transfer_mode": mode})
-
-
-def _lmcache_pd(spec: Spec) -> LMCachePDSpec | None:
-    if spec.topology is not Topology.LMCACHE_PD:
-        return None
-    given = spec.lmcache.pd or LMCachePDSpec()
-    device = given.buffer_device or ("cuda" if spec.profile is Profile.GPU else "cpu")
-    return given.model_copy(update={"buffer_device": device})
 
 
 def _router_host(spec: Spec) -> tuple[str, str]:
@@ -120,76 +92,43 @@ def _claim_fixed_ports(spec: Spec, book: PortBook, slots: list[Slot]) -> None:
             )
 
 
-def _plan_router(spec: Spec, book: PortBook, network: Network) -> RouterPlan:
-    kind = spec.router_kind
+def _plan_router(spec: Spec, book: PortBook, network: Network, *, notices: bool) -> RouterPlan:
+    unit = router_unit(router_kind(spec))
     host, address = _router_host(spec)
-
-    def one(preferred: int, purpose: str, field: str) -> int:
-        return book.claim_block(host, preferred, 1, owner="router", purpose=purpose, field=field)[0]
-
-    port = spec.router.port or one(_DEFAULT_ROUTER_PORT[kind], "router port", "router.port")
-    metrics = None
-    if kind is RouterKind.VLLM_ROUTER:
-        metrics = spec.router.prometheus_port or one(
-            spec.ports.router_metrics, "router metrics", "ports.router_metrics"
-        )
-    notify = None
-    if spec.topology is Topology.LMCACHE_PD:
-        notify = spec.router.notify_port or one(
-            spec.ports.proxy_notify, "proxy ZMQ notices", "ports.proxy_notify"
-        )
-    return RouterPlan(
-        kind=kind,
+    port = (
+        spec.router.port
+        or book.claim_block(
+            host, unit.default_port, 1, owner="router", purpose="router port", field="router.port"
+        )[0]
+    )
+    site = RouterSite(
         host=host,
         address=address,
         advertise_host=address if network == "host" else "router",
         port=port,
-        metrics_port=metrics,
-        notify_port=notify,
         policy=spec.router.policy,
         session_header=spec.router.session_header,
+        extra_args=tuple(spec.router.extra_args),
+        notices=notices,
     )
+    return unit.plan_router(spec, book, site)
 
 
 def _plan_engine(
-    spec: Spec, book: PortBook, network: Network, slot: Slot, view: GpuView | None
+    spec: Spec,
+    book: PortBook,
+    network: Network,
+    slot: Slot,
+    view: GpuView | None,
+    *,
+    topology: TopologyUnit,
 ) -> EnginePlan:
     name = f"{slot.role.value}-{slot.index}"
     host = next(h for h in spec.hosts if h.name == slot.host)
-    tp = getattr(spec, slot.role.value).tp
-    bases = spec.ports
-
-    def block(
-        preferred: int, size: int, purpose: str, field: str, owner: str = name
-    ) -> tuple[int, ...]:
-        return book.claim_block(
-            slot.host, preferred, size, owner=owner, purpose=purpose, field=field
-        )
-
-    base_http = bases.prefill_http if slot.role is Role.PREFILL else bases.decode_http
-    http_field = f"ports.{slot.role.value}_http"
-    http = slot.http_port or block(base_http, 1, "vLLM http", http_field)[0]
-    fields: dict[str, object] = {}
-    if spec.topology is Topology.NIXL_MP:
-        fields["side_channel_ports"] = block(
-            bases.nixl_side_channel, tp, "NIXL side channel", "ports.nixl_side_channel"
-        )
-        fields["lmcache_server"] = _plan_lmcache_server(spec, book, slot, name)
-    elif slot.role is Role.PREFILL:
-        fields["nixl_telemetry_port"] = block(
-            bases.nixl_telemetry, 1, "NIXL telemetry (Prometheus)", "ports.nixl_telemetry"
-        )[0]
-    else:
-        fields["pd_init_ports"] = block(
-            bases.decode_pd_init, tp, "LMCache P/D init", "ports.decode_pd_init"
-        )
-        fields["pd_alloc_ports"] = block(
-            bases.decode_pd_alloc, tp, "LMCache P/D alloc", "ports.decode_pd_alloc"
-        )
-        # The receiver binds its init/alloc sockets here; prefillers are told advertise_host.
-        fields["pd_bind_host"] = "0.0.0.0" if network == "bridge" else host.address
-    if view is not None:
-        fields["visible_gpus"], fields["cuda_devices"] = view.visible, view.selected
+    group: GroupSpec = getattr(spec, slot.role.value)
+    http = slot.http_port or _claim_http(spec, book, slot, name)
+    site = EngineSite(name, slot.role, slot.host, host.address, network, group.tp)
+    kv = topology.plan_engine(spec, book, site)
     gpu = spec.profile is Profile.GPU
     return EnginePlan(
         name=name,
@@ -199,39 +138,34 @@ def _plan_engine(
         address=host.address,
         advertise_host=host.address if network == "host" else name,
         gpus=slot.devices if gpu else (),
+        visible_gpus=view.visible if view else (),
+        cuda_devices=view.selected if view else (),
         cpus=() if gpu else slot.devices,
-        tp=tp,
+        tp=group.tp,
         http_port=http,
-        **fields,
+        gpu_memory_utilization=group.gpu_memory_utilization,
+        extra_args=tuple(group.extra_args),
+        extra_env=dict(group.env),
+        kv=kv,
     )
 
 
-def _plan_lmcache_server(spec: Spec, book: PortBook, slot: Slot, engine: str) -> LMCacheServerPlan:
-    service = f"lmcache-{engine}"
-    bases = spec.ports
-
-    def one(preferred: int, purpose: str, field: str) -> int:
-        return book.claim_block(
-            slot.host, preferred, 1, owner=service, purpose=purpose, field=field
-        )[0]
-
-    return LMCacheServerPlan(
-        service=service,
-        zmq_port=one(bases.lmcache_zmq, "LMCache ZMQ", "ports.lmcache_zmq"),
-        http_port=one(bases.lmcache_http, "LMCache http", "ports.lmcache_http"),
-        metrics_port=one(bases.lmcache_metrics, "LMCache metrics", "ports.lmcache_metrics"),
-    )
+def _claim_http(spec: Spec, book: PortBook, slot: Slot, name: str) -> int:
+    base = spec.ports.prefill_http if slot.role is Role.PREFILL else spec.ports.decode_http
+    field = f"ports.{slot.role.value}_http"
+    return book.claim_block(slot.host, base, 1, owner=name, purpose="vLLM http", field=field)[0]
 
 
 def _plan_host(
-    spec: Spec, position: int, engines: list[EnginePlan], router: RouterPlan
+    host: HostSpec,
+    engines: list[EnginePlan],
+    sidecars: tuple[SidecarPlan, ...],
+    router: RouterPlan,
 ) -> HostPlan:
-    host = spec.hosts[position]
     services: list[str] = []
     for engine in engines:
         if engine.host == host.name:
-            if engine.lmcache_server is not None:
-                services.append(engine.lmcache_server.service)
+            services += [s.service for s in sidecars if s.engine == engine.name]
             services.append(engine.name)
     if router.host == host.name:
         services.append(router.service)

@@ -1,7 +1,9 @@
-"""The plan: every decision about where things run and which ports they use, resolved.
+"""The plan: every decision about where things run, which ports they use and what they run
+with, resolved.
 
-A plan is pure data made from a spec (``make_plan``); renderers read only the plan and the
-spec it came from. ``Plan.port_table()`` lists every port with its owner, per host.
+A plan is pure data made from a spec (``make_plan``) and the whole contract: render, probes
+and the workflow read only the plan (plan.json says everything that will be rendered and run).
+``Plan.ports`` lists every port with its owner, per host.
 """
 
 from __future__ import annotations
@@ -9,27 +11,28 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from generator.spec import (
-    DockerAccess,
-    LMCachePDSpec,
-    LMCacheServerSpec,
-    Profile,
-    RouterKind,
-    Spec,
-    Topology,
+from generator.plan.frozen import Frozen
+from generator.plan.parts import (
+    EngineKV,
+    RouterPlan,
+    SidecarPlan,
+    TopologyPlan,
 )
+from generator.spec import DockerAccess, GpuAccess, ImagesSpec, Profile
 
 __all__ = [
     "EnginePlan",
+    "HFPlan",
     "HostPlan",
-    "LMCacheServerPlan",
+    "ModelPlan",
     "Network",
     "Plan",
     "PortUse",
     "Role",
-    "RouterPlan",
+    "TokenPlan",
+    "UcxPlan",
 ]
 
 
@@ -41,25 +44,47 @@ class Role(StrEnum):
 Network = Literal["host", "bridge"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PortUse(_Frozen):
+class PortUse(Frozen):
     host: str
     port: int
     owner: str  # service name
     purpose: str  # e.g. "http", "nixl side channel (tp rank 1)"
 
 
-class LMCacheServerPlan(_Frozen):
-    service: str
-    zmq_port: int
-    http_port: int
-    metrics_port: int
+class ModelPlan(Frozen):
+    id: str  # HF repo id, or the path inside the containers (host-path, synthetic)
+    served_name: str  # what clients ask for: model.served_name, else the id
+    source: Literal["hub", "host-path", "synthetic"]
+    host_path: str | None = None  # host folder mounted read-only at ``id`` (host-path)
+    dtype: str
+    max_model_len: int | None = None
+    extra_args: tuple[str, ...] = ()  # vLLM arguments of every engine
 
 
-class EnginePlan(_Frozen):
+class TokenPlan(Frozen):
+    """Where the HF token comes from (never the token): a compose secret read from an
+    environment variable or a file, or an env file handed to the containers."""
+
+    source: Literal["env", "file", "env-file"]
+    name: str  # the variable's name, or the path (relative to the checkout unless absolute)
+
+    @property
+    def is_secret(self) -> bool:
+        return self.source != "env-file"
+
+
+class HFPlan(Frozen):
+    offline: bool  # HF_HUB_OFFLINE=1: asked for, or the model does not come from the hub
+    cache_dir: str | None = None  # host folder bound as the model cache volume
+    token: TokenPlan | None = None
+
+
+class UcxPlan(Frozen):
+    tls: str | None = None  # UCX_TLS
+    net_devices: str | None = None  # UCX_NET_DEVICES
+
+
+class EnginePlan(Frozen):
     name: str
     role: Role
     index: int
@@ -77,41 +102,17 @@ class EnginePlan(_Frozen):
     cpus: tuple[int, ...] = ()
     tp: int
     http_port: int
-    side_channel_ports: tuple[int, ...] = ()  # NIXL handshake, one per TP rank (nixl-mp)
-    lmcache_server: LMCacheServerPlan | None = None  # nixl-mp
-    pd_init_ports: tuple[int, ...] = ()  # lmcache-pd decoders, one per TP rank
-    pd_alloc_ports: tuple[int, ...] = ()
-    pd_bind_host: str | None = None  # where those ports listen (LMCache's pd_peer_host)
-    # lmcache-pd prefillers: NIXL's own Prometheus exporter, the only place LMCache's P/D
-    # transfers report bytes and time (LMCache's metrics time local copies only).
-    nixl_telemetry_port: int | None = None
+    gpu_memory_utilization: float | None = None
+    extra_args: tuple[str, ...] = ()  # the group's vLLM arguments, after the model's
+    extra_env: dict[str, str] = Field(default_factory=dict)  # the group's env, over ours
+    kv: EngineKV  # the KV ports of its topology and role
 
     @property
     def url(self) -> str:
         return f"http://{self.advertise_host}:{self.http_port}"
 
-    @property
-    def pd_probe_host(self) -> str:
-        """Where a check inside the container reaches the P/D ports: they listen only on
-        ``pd_bind_host`` (a host address), or on every interface (0.0.0.0)."""
-        assert self.pd_bind_host is not None, "lmcache-pd decoders only"
-        return "127.0.0.1" if self.pd_bind_host == "0.0.0.0" else self.pd_bind_host
 
-
-class RouterPlan(_Frozen):
-    kind: RouterKind
-    service: str = "router"
-    host: str
-    address: str
-    advertise_host: str
-    port: int
-    metrics_port: int | None = None  # vllm-router's Prometheus listener
-    notify_port: int | None = None  # proxy's ZMQ PULL socket for LMCache P/D notices
-    policy: str
-    session_header: str | None = None
-
-
-class HostPlan(_Frozen):
+class HostPlan(Frozen):
     name: str
     address: str
     gpus: tuple[int, ...] = ()
@@ -122,21 +123,24 @@ class HostPlan(_Frozen):
     docker: DockerAccess | None = Field(None, exclude_if=lambda value: value is None)
 
 
-class Plan(_Frozen):
+class Plan(Frozen):
     stack: str
-    topology: Topology
+    topology: TopologyPlan
     profile: Profile
     network: Network
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)
+    ucx: UcxPlan
+    gpu_access: GpuAccess
+    model: ModelPlan
+    hf: HFPlan
+    images: ImagesSpec  # base images, registry, pins and pip settings of the builds
     hosts: tuple[HostPlan, ...]
     prefill: tuple[EnginePlan, ...]
     decode: tuple[EnginePlan, ...]
     router: RouterPlan
-    lmcache_server: LMCacheServerSpec | None = None
-    lmcache_pd: LMCachePDSpec | None = None
+    sidecars: tuple[SidecarPlan, ...] = ()
     ports: tuple[PortUse, ...]
     warnings: tuple[str, ...] = ()
-    spec: Spec = Field(exclude=True)
 
     @property
     def engines(self) -> tuple[EnginePlan, ...]:

@@ -6,14 +6,14 @@ from collections.abc import Iterator
 
 from generator.plan.agent_ports import agent_on
 from generator.plan.models import Plan
+from generator.spec import Spec
 
 __all__ = ["collect_warnings"]
 
 _RDMA_TRANSPORTS = ("rc", "ud", "dc", "ib", "all")
 
 
-def collect_warnings(plan: Plan) -> Iterator[str]:
-    spec = plan.spec
+def collect_warnings(plan: Plan, spec: Spec) -> Iterator[str]:
     if plan.is_multi_host and not plan.rdma:
         yield (
             "networking.rdma is off on a multi-host stack: KV crosses hosts over TCP, "

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import httpx
 
 from generator.kvprobe.nixl_kv_probe import summarize_transports
-from generator.plan import EnginePlan, Plan
-from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
+from generator.plan import Plan
+from generator.probes.http import metric_sum, scrape_metrics
 from generator.probes.verdict import VerdictRow
-from generator.spec import Profile, Topology
+from generator.spec import Profile
+from generator.topologies import KvSpeedSource, topology_of
 
 __all__ = [
     "FALLBACK_FLOOR_GIB_S",
@@ -62,50 +63,23 @@ class KvCounters:
         return f"{self.bytes / (1 << 20):.1f} MiB in {self.seconds * 1e3:.2f} ms = {speed}"
 
 
-def kv_side(plan: Plan) -> tuple[tuple[EnginePlan, ...], str]:
-    """Whose counters tell, and the UCX operation that carries the KV there."""
-    if plan.topology is Topology.NIXL_MP:
-        return plan.decode, "read"  # the decoder READs from the prefiller (ucp_get)
-    return plan.prefill, "write"  # LMCache's sender WRITEs into the decoder's buffer (ucp_put)
+def kv_side(plan: Plan) -> KvSpeedSource:
+    """Whose counters tell, and the UCX operation that carries the KV there (the topology's
+    data: nixl-mp decoders READ, lmcache-pd prefillers WRITE)."""
+    return topology_of(plan).verdict_sources(plan).kv_speed
 
 
 def read_counters(client: httpx.Client, plan: Plan, host: str) -> KvCounters:
-    engines, _ = kv_side(plan)
+    source = kv_side(plan)
     total = KvCounters(0.0, 0.0, 0.0)
-    for engine in engines:
-        url = _counters_url(plan, engine, host)
-        samples = scrape_metrics(client, url)
+    for port in source.ports:
+        samples = scrape_metrics(client, f"http://{host}:{port}/metrics")
         total = KvCounters(
-            total.bytes + _bytes(plan, samples),
-            total.seconds + _seconds(plan, samples),
-            total.transfers + _transfers(plan, samples),
+            total.bytes + metric_sum(samples, source.bytes_metric),
+            total.seconds + metric_sum(samples, source.seconds_metric) * source.seconds_per_unit,
+            total.transfers + metric_sum(samples, source.transfers_metric),
         )
     return total
-
-
-def _counters_url(plan: Plan, engine: EnginePlan, host: str) -> str:
-    if plan.topology is Topology.NIXL_MP:
-        return f"http://{host}:{engine.http_port}/metrics"
-    assert engine.nixl_telemetry_port is not None, "lmcache-pd prefillers export NIXL telemetry"
-    return f"http://{host}:{engine.nixl_telemetry_port}/metrics"
-
-
-def _bytes(plan: Plan, samples: MetricSamples) -> float:
-    if plan.topology is Topology.NIXL_MP:
-        return metric_sum(samples, "vllm:nixl_bytes_transferred_sum")
-    return metric_sum(samples, "agent_tx_bytes_total")
-
-
-def _seconds(plan: Plan, samples: MetricSamples) -> float:
-    if plan.topology is Topology.NIXL_MP:
-        return metric_sum(samples, "vllm:nixl_xfer_time_seconds_sum")
-    return metric_sum(samples, "agent_xfer_time_total") / 1e6  # microseconds
-
-
-def _transfers(plan: Plan, samples: MetricSamples) -> float:
-    if plan.topology is Topology.NIXL_MP:
-        return metric_sum(samples, "vllm:nixl_xfer_time_seconds_count")
-    return metric_sum(samples, "agent_tx_requests_num_total")
 
 
 def wait_for_transfers(
@@ -127,18 +101,13 @@ def transport_in_logs(
     plan: Plan, logs: Callable[[list[str]], str], per_request: list[tuple[str, KvCounters]]
 ) -> str | None:
     """The UCX transport the KV side's engines selected for KV-sized RMA operations."""
-    engines, operation = kv_side(plan)
+    source = kv_side(plan)
     moved = [counters for _, counters in per_request if counters.transfers > 0]
     size = int(max((c.bytes / c.transfers for c in moved), default=1 << 20))
-    memory = "host" if plan.profile is Profile.CPU else _kv_memory(plan)
-    report = summarize_transports(logs([e.name for e in engines]), size, (operation,), memory)
+    report = summarize_transports(
+        logs(list(source.engines)), size, (source.operation,), source.memory
+    )
     return None if report.transport == "unknown" else report.transport
-
-
-def _kv_memory(plan: Plan) -> str:
-    """GPU KV moves GPU to GPU, except LMCache P/D with its transfer buffer in host memory."""
-    pd = plan.lmcache_pd
-    return "host" if pd is not None and pd.buffer_device == "cpu" else "cuda"
 
 
 def kv_speed_row(
@@ -146,7 +115,7 @@ def kv_speed_row(
 ) -> VerdictRow:
     """GiB/s per request and the transport. GPUs on one host: a silent TCP fallback (~0.4
     GiB/s instead of hundreds) fails; between hosts below RDMA speed warns; CPU: a figure."""
-    _, operation = kv_side(plan)
+    operation = kv_side(plan).operation
     over = f" over {transport}" if transport else " (transport not reported)"
     observed = "; ".join(f"{name}: {c.describe()}" for name, c in per_request) + over
     check = f"KV path speed (NIXL {operation}s, per request)"

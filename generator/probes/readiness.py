@@ -7,10 +7,10 @@ from collections.abc import Callable
 import httpx
 
 from generator.errors import StackError
-from generator.plan import EnginePlan, LMCacheServerPlan, Plan
+from generator.plan import EnginePlan, Plan, SidecarPlan
 from generator.probes.waits import Check
 
-__all__ = ["engine_checks", "lmcache_checks", "routed_request", "router_checks"]
+__all__ = ["engine_checks", "routed_request", "router_checks", "sidecar_checks"]
 
 
 def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
@@ -22,7 +22,7 @@ def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
 
 
 def served_model(plan: Plan) -> str:
-    return plan.spec.model.served_name or plan.spec.model.id
+    return plan.model.served_name
 
 
 def engine_checks(plan: Plan, engine: EnginePlan, host: str = "127.0.0.1") -> list[Check]:
@@ -33,8 +33,8 @@ def engine_checks(plan: Plan, engine: EnginePlan, host: str = "127.0.0.1") -> li
     return [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(served_model(plan)))]
 
 
-def lmcache_checks(server: LMCacheServerPlan, host: str = "127.0.0.1") -> list[Check]:
-    return [Check(f"http://{host}:{server.http_port}/healthcheck")]  # /health is 404 there
+def sidecar_checks(sidecar: SidecarPlan, host: str = "127.0.0.1") -> list[Check]:
+    return [Check(f"http://{host}:{sidecar.health_port}{sidecar.health_path}")]
 
 
 def router_checks(plan: Plan, host: str = "127.0.0.1") -> list[Check]:

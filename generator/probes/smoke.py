@@ -21,7 +21,9 @@ from generator.probes.kv_speed import (
     wait_for_transfers,
 )
 from generator.probes.verdict import SmokeResult, VerdictRow
-from generator.spec import Profile, RouterKind, Topology
+from generator.routers import router_of
+from generator.spec import Profile
+from generator.topologies import VerdictSources, topology_of
 
 __all__ = ["SmokeResult", "VerdictRow", "run_smoke"]
 
@@ -45,11 +47,12 @@ def run_smoke(
 ) -> SmokeResult:
     """``logs(services)`` returns those services' logs (where UCX names its transport)."""
     router = f"http://{host}:{plan.router.port}"
-    model = plan.spec.model.served_name or plan.spec.model.id
+    model = plan.model.served_name
+    sources = topology_of(plan).verdict_sources(plan)
     headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
     with httpx.Client(timeout=timeout_s) as client:
         before = _decode_metrics(client, plan, host)
-        objects_before = _lmcache_objects(client, plan, host)
+        objects_before = _lmcache_objects(client, sources, host)
         prompt = _long_prompt(client, plan, host, model, nonce)
         chat_prompt = _long_prompt(client, plan, host, model, nonce + "-chat")
         kv_start = read_counters(client, plan, host)
@@ -58,7 +61,7 @@ def run_smoke(
         chat_text, chunks = _chat_stream(client, router, model, chat_prompt, headers)
         kv_end = wait_for_transfers(client, plan, host, kv_mid)
         after = _decode_metrics(client, plan, host)
-        objects_after = _lmcache_objects(client, plan, host)
+        objects_after = _lmcache_objects(client, sources, host)
     per_request = [("completion", kv_mid - kv_start), ("chat", kv_end - kv_mid)]
     transport = transport_in_logs(plan, logs, per_request) if logs else None
     usage = completion.get("usage") or {}
@@ -72,7 +75,7 @@ def run_smoke(
         VerdictRow(
             "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
         ),
-        *_kv_rows(plan, before, after),
+        *_kv_rows(sources, before, after),
         kv_speed_row(plan, per_request, transport),
         _stamp_row(plan, completion),
         _lmcache_row(plan, objects_before, objects_after),
@@ -93,22 +96,19 @@ def _decode_metrics(client: httpx.Client, plan: Plan, host: str) -> MetricSample
     return total
 
 
-def _lmcache_objects(client: httpx.Client, plan: Plan, host: str) -> dict[str, int]:
+def _lmcache_objects(client: httpx.Client, sources: VerdictSources, host: str) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for engine in plan.engines:
-        if engine.lmcache_server is not None:
-            status = client.get(f"http://{host}:{engine.lmcache_server.http_port}/status").json()
-            counts[engine.lmcache_server.service] = int(
-                status["storage_manager"]["l1_manager"]["total_object_count"]
-            )
+    for service, port in sources.object_stores:
+        status = client.get(f"http://{host}:{port}/status").json()
+        counts[service] = int(status["storage_manager"]["l1_manager"]["total_object_count"])
     return counts
 
 
 def _long_prompt(client: httpx.Client, plan: Plan, host: str, model: str, nonce: str) -> str:
     """A fresh prompt (the nonce defeats prefix caches) of a few LMCache chunks, sized with
     the decoder's own tokenizer to stay inside max_model_len."""
-    chunk = plan.spec.lmcache.chunk_size
-    limit = (plan.spec.model.max_model_len or 4096) - _MAX_TOKENS - 64
+    chunk = plan.topology.chunk_size
+    limit = (plan.model.max_model_len or 4096) - _MAX_TOKENS - 64
     # On GPUs a few thousand tokens (hundreds of MiB of KV): a transfer of microseconds would
     # be timed mostly by vLLM's completion polling, not by the link.
     wanted = 3 * chunk if plan.profile is Profile.CPU else 4096
@@ -174,15 +174,15 @@ def _chat_stream(
     return "".join(text), chunks if done else 0
 
 
-def _kv_rows(plan: Plan, before: MetricSamples, after: MetricSamples) -> list[VerdictRow]:
+def _kv_rows(
+    sources: VerdictSources, before: MetricSamples, after: MetricSamples
+) -> list[VerdictRow]:
     def delta(name: str, labels: dict[str, str] | None = None) -> float:
         return metric_sum(after, name, labels) - metric_sum(before, name, labels)
 
     external = delta(_SOURCE, {"source": "external_kv_transfer"})
     local = delta(_SOURCE, {"source": "local_compute"})
-    # lmcache-pd hands the decoder prompt + the prefiller's first token; it computes only that
-    # token, once per request. NIXL hands over the prompt alone.
-    allowed = _SMOKE_REQUESTS if plan.topology is Topology.LMCACHE_PD else 0
+    allowed = _SMOKE_REQUESTS * sources.local_compute_per_request
     rows = [
         VerdictRow(
             "prompt tokens from prefill (decode: external_kv_transfer)",
@@ -197,19 +197,17 @@ def _kv_rows(plan: Plan, before: MetricSamples, after: MetricSamples) -> list[Ve
             local == allowed,
         ),
     ]
-    if plan.topology is Topology.NIXL_MP:
-        failed = delta("vllm:nixl_num_failed_transfers_total")
-        moved = delta("vllm:nixl_bytes_transferred_sum")
-        rows += [
-            VerdictRow("NIXL failed transfers", f"{failed:.0f}", "0", failed == 0),
-            VerdictRow("NIXL bytes transferred", f"{moved:.0f}", "> 0", moved > 0),
-        ]
+    for counter in sources.decode_rows:
+        change = delta(counter.metric)
+        passed = change == 0 if counter.must_be_zero else change > 0
+        expected = "0" if counter.must_be_zero else "> 0"
+        rows.append(VerdictRow(counter.check, f"{change:.0f}", expected, passed))
     return rows
 
 
 def _stamp_row(plan: Plan, completion: dict[str, Any]) -> VerdictRow:
     identifier = str(completion.get("id", ""))
-    if plan.router.kind is RouterKind.VLLM_ROUTER:
+    if router_of(plan).stamp == "response-id":
         stamped = "___prefill_addr_" in identifier and "___decode_addr_" in identifier
         return VerdictRow(
             "router stamps prefill/decode pair",
@@ -232,7 +230,7 @@ def _stickiness_row(plan: Plan, router: str, model: str, headers: dict[str, str]
     check, expected = "session stickiness", "same pair for one session"
     if len(plan.prefill) * len(plan.decode) == 1:
         return VerdictRow(check, "1 prefill x 1 decode: nothing to choose", expected, None)
-    if plan.router.kind is not RouterKind.PROXY or not plan.router.session_header:
+    if not router_of(plan).sticky_sessions(plan):
         return VerdictRow(check, "no session header configured", expected, None)
     with httpx.Client(timeout=120) as client:
         pairs = {

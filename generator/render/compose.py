@@ -12,15 +12,14 @@ import yaml
 
 from generator.plan import Plan
 from generator.render.images import ImageBuild
-from generator.render.lmcache import lmcache_pd_config
-from generator.render.router import proxy_config
 from generator.render.services import (
     bench_service,
     engine_service,
     lmcache_service,
     router_service,
 )
-from generator.spec import RouterKind, Topology
+from generator.routers import router_of
+from generator.topologies import topology_of
 
 __all__ = ["ComposeProject", "compose_projects", "compose_text", "dump_yaml", "project_name"]
 
@@ -59,25 +58,20 @@ def _project(plan: Plan, host: str, images: list[ImageBuild]) -> ComposeProject:
     configs: dict[str, Any] = {}
     files: dict[PurePosixPath, str] = {}
     for engine in plan.engines_on(host):
-        config = None
-        if plan.topology is Topology.LMCACHE_PD:
-            config = f"lmcache-{engine.name}"
-            relative = PurePosixPath("lmcache") / f"{engine.name}.yaml"
-            files[relative] = dump_yaml(lmcache_pd_config(plan, engine), header=_header(plan))
-            configs[config] = {"file": f"./{relative}"}
-        if engine.lmcache_server is not None:
-            server = engine.lmcache_server.service
-            services[server] = lmcache_service(plan, engine, by_role["lmcache"])
+        config = topology_of(plan).engine_config(plan, engine)
+        if config is not None:
+            files[PurePosixPath(config.path)] = dump_yaml(config.data, header=_header(plan))
+            configs[config.name] = {"file": f"./{config.path}"}
+        for sidecar in (s for s in plan.sidecars if s.engine == engine.name):
+            image = by_role[sidecar.role]
+            services[sidecar.service] = lmcache_service(plan, engine, sidecar, image)
         image = by_role[engine.role.value]
         services[engine.name] = engine_service(plan, engine, image, config, _env_files(plan, root))
     if plan.router.host == host:
-        config = None
-        if plan.router.kind is RouterKind.PROXY:
-            config = "proxy"
-            files[PurePosixPath("router.yaml")] = dump_yaml(
-                proxy_config(plan), header=_header(plan)
-            )
-            configs[config] = {"file": "./router.yaml"}
+        config = router_of(plan).config_file(plan)
+        if config is not None:
+            files[PurePosixPath(config.path)] = dump_yaml(config.data, header=_header(plan))
+            configs[config.name] = {"file": f"./{config.path}"}
         services[plan.router.service] = router_service(plan, by_role["router"], config)
         services["bench"] = bench_service(plan, by_role["decode"], _env_files(plan, root))
     document = _document(plan, host, services, configs, root)
@@ -99,7 +93,7 @@ def _document(
     secrets = _secrets(plan, root)
     if secrets and uses_models:
         document["secrets"] = secrets
-    document["x-xpyd"] = {"stack": plan.stack, "host": host, "topology": plan.topology.value}
+    document["x-xpyd"] = {"stack": plan.stack, "host": host, "topology": plan.topology.kind.value}
     return document
 
 
@@ -123,26 +117,24 @@ def _pull_policy(tag: str) -> str:
 
 def _model_volume(plan: Plan) -> dict[str, Any]:
     volume: dict[str, Any] = {"name": _MODEL_CACHE_VOLUME}
-    if plan.spec.hf.cache_dir:
+    if plan.hf.cache_dir:
         volume["driver"] = "local"
-        volume["driver_opts"] = {"type": "none", "o": "bind", "device": plan.spec.hf.cache_dir}
+        volume["driver_opts"] = {"type": "none", "o": "bind", "device": plan.hf.cache_dir}
     return volume
 
 
 def _secrets(plan: Plan, root: PurePosixPath) -> dict[str, Any]:
-    token = plan.spec.hf.token
-    if token is None:
+    token = plan.hf.token
+    if token is None or not token.is_secret:
         return {}
-    if token.env:
-        return {"hf_token": {"environment": token.env}}
-    if token.file:
-        return {"hf_token": {"file": _from_compose_dir(token.file, root)}}
-    return {}
+    if token.source == "env":
+        return {"hf_token": {"environment": token.name}}
+    return {"hf_token": {"file": _from_compose_dir(token.name, root)}}
 
 
 def _env_files(plan: Plan, root: PurePosixPath) -> list[str]:
-    token = plan.spec.hf.token
-    return [_from_compose_dir(token.env_file, root)] if token and token.env_file else []
+    token = plan.hf.token
+    return [_from_compose_dir(token.name, root)] if token and not token.is_secret else []
 
 
 def _from_compose_dir(path: str, root: PurePosixPath) -> str:

@@ -15,7 +15,9 @@ from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.jinja import render_template
-from generator.spec import Profile, RouterKind, Topology
+from generator.routers import router_of
+from generator.spec import Profile
+from generator.topologies import topology_of
 from generator.versions import PackagePins, load_versions
 
 __all__ = [
@@ -76,7 +78,7 @@ class _BaseStages:
 
 def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
     base = _engine_base(plan, workspace)
-    roles = ["prefill", "decode"] + (["lmcache"] if plan.topology is Topology.NIXL_MP else [])
+    roles = ["prefill", "decode", *topology_of(plan).extra_image_roles]
     return [
         *(_engine_role(plan, workspace, role, base) for role in roles),
         _router(plan, workspace),
@@ -84,7 +86,7 @@ def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
 
 
 def _pins(plan: Plan) -> PackagePins:
-    overrides = plan.spec.images.versions.model_dump(exclude_none=True)
+    overrides = plan.images.versions.model_dump(exclude_none=True)
     return load_versions().packages.model_copy(update=overrides)
 
 
@@ -97,7 +99,7 @@ def _tag(plan: Plan, workspace: Workspace, role: str, text: str, inputs: list[st
     for relative in inputs:
         path = workspace.root / relative
         digest.update(path.read_bytes() if path.is_file() else relative.encode())
-    return f"{plan.spec.images.registry}/{role}:{digest.hexdigest()[:12]}"
+    return f"{plan.images.registry}/{role}:{digest.hexdigest()[:12]}"
 
 
 def _files_under(workspace: Workspace, folder: str) -> list[str]:
@@ -110,13 +112,12 @@ def _files_under(workspace: Workspace, folder: str) -> list[str]:
 
 
 def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
-    spec = plan.spec
     cpu = plan.profile is Profile.CPU
     defaults = load_versions().base_images
     pins = _pins(plan) if cpu else _locked_gpu_pins(plan)
     gpu_default = f"{defaults.gpu_engine_repo}:v{pins.vllm}"
-    base_image = spec.images.engine_base or (defaults.cpu_engine if cpu else gpu_default)
-    synthetic = spec.model.id if spec.model.source == "synthetic" else None
+    base_image = plan.images.engine_base or (defaults.cpu_engine if cpu else gpu_default)
+    synthetic = plan.model.id if plan.model.source == "synthetic" else None
     template = "engine-base-cpu.Dockerfile.j2" if cpu else "engine-base-gpu.Dockerfile.j2"
     gpu = load_versions().gpu_engine
     pip_gaps = _CPU_PIP_GAPS if cpu else [("nixl", name) for name in gpu.other_nixl_variants]
@@ -125,7 +126,7 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "base_image": base_image,
         "versions": pins,
         "gpu_engine": gpu,
-        "pip": spec.images.pip,
+        "pip": plan.images.pip,
         "lock": lock,
         "synthetic_model": synthetic,
         "check_script": _CHECK_SCRIPT,
@@ -155,9 +156,8 @@ def _check_args(pip_gaps: list[tuple[str, str]]) -> list[str]:
 
 def _engine_role(plan: Plan, workspace: Workspace, role: str, base: _BaseStages) -> ImageBuild:
     command = ["lmcache", "server", "--help"] if role == "lmcache" else _VLLM_HELP
-    # vLLM's CPU build needs our KV connector for LMCache's in-process P/D (lmcache-pd).
-    cpu_connector = (
-        plan.profile is Profile.CPU and plan.topology is Topology.LMCACHE_PD and role != "lmcache"
+    cpu_connector = role in ("prefill", "decode") and topology_of(plan).needs_cpu_connector(
+        plan.profile
     )
     text = render_template(
         workspace.templates_dir,
@@ -174,14 +174,13 @@ def _engine_role(plan: Plan, workspace: Workspace, role: str, base: _BaseStages)
 
 
 def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
-    spec = plan.spec
-    base_image = spec.images.router_base or load_versions().base_images.router
+    base_image = plan.images.router_base or load_versions().base_images.router
     text = render_template(
         workspace.templates_dir,
         "router.Dockerfile.j2",
         base_image=base_image,
         versions=_pins(plan),
-        pip=spec.images.pip,
+        pip=plan.images.pip,
         lock=ROUTER_LOCK,
     )
     # The proxy's sources are copied in, so they are part of what the tag stands for.
@@ -189,7 +188,7 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
     sources = sorted(
         str(path.relative_to(workspace.root))
         for path in proxy_dir.rglob("*.py")
-        if plan.router.kind is RouterKind.PROXY
+        if router_of(plan).ships_proxy
     )
     tag = _tag(plan, workspace, "router", text, [ROUTER_LOCK, *sources])
     return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from generator.plan import EnginePlan, Plan
-from generator.render.commands import (
-    LMCACHE_CONFIG_PATH,
-    PROXY_CONFIG_PATH,
-    engine_command,
-    lmcache_server_command,
-    router_command,
-)
-from generator.spec import GpuAccess, GroupSpec, Profile, RouterKind, Topology
+from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.render.commands import engine_command
+from generator.routers import router_of
+from generator.services.model import ConfigFile
+from generator.spec import GpuAccess, Profile
+from generator.topologies import topology_of
+from generator.topologies.nixl_mp import lmcache_server_command
 
 __all__ = [
     "HF_HOME",
@@ -45,60 +43,56 @@ Service = dict[str, Any]
 
 
 def engine_service(
-    plan: Plan, engine: EnginePlan, image: Service, config: str | None, env_files: list[str]
+    plan: Plan, engine: EnginePlan, image: Service, config: ConfigFile | None, env_files: list[str]
 ) -> Service:
+    topology = topology_of(plan)
     service: Service = {**image, "hostname": engine.name, "command": engine_command(plan, engine)}
     service["environment"] = _engine_env(plan, engine)
-    telemetry = [engine.nixl_telemetry_port] if engine.nixl_telemetry_port else []
-    service |= _network(plan, [engine.http_port, *telemetry])
+    service |= _network(plan, [engine.http_port, *topology.engine_ports(engine)])
     service |= _compute(plan, devices=engine.visible_gpus, cpus=engine.cpus, rdma=plan.rdma)
     service["environment"] |= _gpu_env(plan, engine.visible_gpus)
     service["volumes"] = _engine_volumes(plan)
     if config is not None:
-        service["configs"] = [{"source": config, "target": LMCACHE_CONFIG_PATH, "mode": 0o444}]
+        service["configs"] = [{"source": config.name, "target": config.target, "mode": 0o444}]
     if _token_secret(plan):
         service["secrets"] = ["hf_token"]
     if env_files:
         service["env_file"] = env_files
-    # A decoder's LMCache P/D receiver ports too, where LMCache binds them (pd_peer_host):
-    # one it cannot bind leaves them closed without any error while /health says 200.
-    listening = [(engine.pd_probe_host, port) for port in engine.pd_init_ports]
-    listening += [(engine.pd_probe_host, port) for port in engine.pd_alloc_ports]
+    # And the sockets the topology opens besides vLLM's (lmcache-pd decoders' receiver ports,
+    # where LMCache binds them).
+    listening = topology.engine_listening(engine)
     start = _START_PERIOD[plan.profile]
     service["healthcheck"] = _healthcheck(engine.http_port, "/health", start, listening)
-    if engine.lmcache_server is not None:
-        service["depends_on"] = {engine.lmcache_server.service: {"condition": "service_healthy"}}
+    sidecars = [s.service for s in plan.sidecars if s.engine == engine.name]
+    if sidecars:
+        service["depends_on"] = {name: {"condition": "service_healthy"} for name in sidecars}
     return service | _common(plan, engine.role.value, engine.name, engine.host)
 
 
-def lmcache_service(plan: Plan, engine: EnginePlan, image: Service) -> Service:
-    server = engine.lmcache_server
-    assert server is not None
-    service: Service = {**image, "hostname": server.service}
+def lmcache_service(
+    plan: Plan, engine: EnginePlan, sidecar: SidecarPlan, image: Service
+) -> Service:
+    service: Service = {**image, "hostname": sidecar.service}
     service["command"] = lmcache_server_command(plan, engine)
     service["environment"] = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
     # The server copies KV to and from its engine's GPUs (CUDA IPC; LMCache finds the device by
     # UUID, so the engine's other visible GPUs do not matter): it sees exactly those.
-    service |= _network(plan, [server.http_port])
+    service |= _network(plan, [sidecar.health_port])
     service |= _compute(plan, devices=engine.gpus, cpus=(), rdma=False)
     service["environment"] |= _gpu_env(plan, engine.gpus)
-    service["healthcheck"] = _healthcheck(server.http_port, "/healthcheck", "120s")
-    return service | _common(plan, "lmcache", server.service, engine.host)
+    service["healthcheck"] = _healthcheck(sidecar.health_port, sidecar.health_path, "120s")
+    return service | _common(plan, sidecar.role, sidecar.service, engine.host)
 
 
-def router_service(plan: Plan, image: Service, config: str | None) -> Service:
-    router = plan.router
-    service: Service = {**image, "hostname": router.service, "command": router_command(plan)}
-    published = [router.port] + ([router.metrics_port] if router.metrics_port else [])
-    service |= _network(plan, published, public=(router.port,))
-    if (
-        router.kind is RouterKind.PROXY
-        and router.notify_port is not None
-        and plan.network == "bridge"
-    ):
-        service.setdefault("expose", []).append(str(router.notify_port))
+def router_service(plan: Plan, image: Service, config: ConfigFile | None) -> Service:
+    router, unit = plan.router, router_of(plan)
+    service: Service = {**image, "hostname": router.service, "command": unit.command(plan)}
+    service |= _network(plan, list(unit.published_ports(plan)), public=(router.port,))
+    if plan.network == "bridge":
+        for port in unit.private_ports(plan):
+            service.setdefault("expose", []).append(str(port))
     if config is not None:
-        service["configs"] = [{"source": config, "target": PROXY_CONFIG_PATH, "mode": 0o444}]
+        service["configs"] = [{"source": config.name, "target": config.target, "mode": 0o444}]
     local = [engine.name for engine in plan.engines_on(router.host)]
     if local:
         service["depends_on"] = {name: {"condition": "service_healthy"} for name in local}
@@ -117,7 +111,7 @@ def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
     }
     service["command"] = ["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--help"]
     env = {"HF_HOME": HF_HOME}
-    if plan.spec.hf.offline or plan.spec.model.source != "hub":
+    if plan.hf.offline:
         env["HF_HUB_OFFLINE"] = "1"
     if _token_secret(plan):
         env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"
@@ -128,60 +122,36 @@ def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
     if plan.network == "host":
         service["network_mode"] = "host"
     service["volumes"] = [f"model-cache:{HF_HOME}"]
-    if plan.spec.model.source == "host-path":
-        service["volumes"].append(f"{plan.spec.model.host_path}:{plan.spec.model.id}:ro")
+    if plan.model.host_path is not None:
+        service["volumes"].append(f"{plan.model.host_path}:{plan.model.id}:ro")
     return service | _common(plan, "bench", "bench", plan.router.host)
 
 
 def _token_secret(plan: Plan) -> bool:
-    token = plan.spec.hf.token
-    return token is not None and bool(token.env or token.file)
+    return plan.hf.token is not None and plan.hf.token.is_secret
 
 
 def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
-    spec = plan.spec
     env = {"PYTHONHASHSEED": "0", "HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE}
     # (the same hash seed on every instance gives the same KV chunk keys)
-    if spec.hf.offline or spec.model.source != "hub":
+    if plan.hf.offline:
         env["HF_HUB_OFFLINE"] = "1"
     if _token_secret(plan):
         env["HF_TOKEN_PATH"] = "/run/secrets/hf_token"  # a compose secret, never an env value
-    if spec.networking.ucx_tls:
-        env["UCX_TLS"] = spec.networking.ucx_tls
-    if spec.networking.ucx_net_devices:
-        env["UCX_NET_DEVICES"] = spec.networking.ucx_net_devices
+    if plan.ucx.tls:
+        env["UCX_TLS"] = plan.ucx.tls
+    if plan.ucx.net_devices:
+        env["UCX_NET_DEVICES"] = plan.ucx.net_devices
     # UCX prints the protocol and transport it selects (cuda_ipc, rc, tcp...) to the log once
     # per new endpoint configuration: how the smoke verdict names the KV transport.
     env["UCX_PROTO_INFO"] = "y"
-    if engine.nixl_telemetry_port is not None:
-        env |= _nixl_telemetry_env(plan, engine.nixl_telemetry_port)
     if plan.profile is Profile.GPU:
         env["NCCL_CUMEM_ENABLE"] = "1"
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # index i = the i-th visible GPU by bus id
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, engine.cuda_devices))
     else:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
-    if plan.topology is Topology.NIXL_MP:
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = engine.advertise_host
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(engine.side_channel_ports[0])
-    else:
-        env["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
-        env["LMCACHE_TRACK_USAGE"] = "false"
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-        env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    group: GroupSpec = getattr(spec, engine.role.value)
-    return env | group.env
-
-
-def _nixl_telemetry_env(plan: Plan, port: int) -> dict[str, str]:
-    env = {
-        "NIXL_TELEMETRY_ENABLE": "y",
-        "NIXL_TELEMETRY_EXPORTER": "prometheus",
-        "NIXL_TELEMETRY_PROMETHEUS_PORT": str(port),
-    }
-    if plan.network == "host":  # loopback only; on a bridge the published port is loopback
-        env["NIXL_TELEMETRY_PROMETHEUS_LOCAL"] = "y"
-    return env
+    return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
 
 
 def _network(plan: Plan, published: list[int], public: tuple[int, ...] = ()) -> Service:
@@ -207,7 +177,7 @@ def _compute(plan: Plan, *, devices: tuple[int, ...], cpus: tuple[int, ...], rdm
     service = {"ipc": "host", "pid": "host", "cap_add": ["IPC_LOCK", "SYS_PTRACE"]}
     service["ulimits"] = {"memlock": {"soft": -1, "hard": -1}}
     nodes = ["/dev/infiniband:/dev/infiniband"] if rdma else []
-    access = plan.spec.gpu.access
+    access = plan.gpu_access
     if devices and access is GpuAccess.CDI:
         nodes += [f"nvidia.com/gpu={device}" for device in devices]
     elif devices and access is GpuAccess.NVIDIA_RUNTIME:
@@ -230,17 +200,16 @@ def _gpu_env(plan: Plan, visible: tuple[int, ...]) -> dict[str, str]:
     if not visible:
         return {}
     env: dict[str, str] = {}
-    if plan.spec.gpu.access is GpuAccess.NVIDIA_RUNTIME:
+    if plan.gpu_access is GpuAccess.NVIDIA_RUNTIME:
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, visible))
         env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
     return env
 
 
 def _engine_volumes(plan: Plan) -> list[Any]:
-    spec = plan.spec
     volumes: list[Any] = [f"model-cache:{HF_HOME}", f"vllm-cache:{VLLM_CACHE}"]
-    if spec.model.source == "host-path":
-        volumes.append(f"{spec.model.host_path}:{spec.model.id}:ro")
+    if plan.model.host_path is not None:
+        volumes.append(f"{plan.model.host_path}:{plan.model.id}:ro")
     if plan.profile is Profile.CPU:
         # An empty, read-only node directory: vLLM then keeps to the container's cpuset.
         volumes.append({"type": "tmpfs", "target": "/sys/devices/system/node", "read_only": True})

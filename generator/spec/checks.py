@@ -1,4 +1,7 @@
-"""Rules that relate several spec fields. Each returns ``SpecIssue``s naming field and fix."""
+"""Rules that relate several spec fields. Each returns ``SpecIssue``s naming field and fix.
+
+Rules of one topology or router kind live in its unit (generator/topologies/,
+generator/routers/) and are asked here, in the order the checks have always run."""
 
 from __future__ import annotations
 
@@ -8,25 +11,11 @@ from generator.errors import SpecIssue
 from generator.spec.models import (
     GroupPlacement,
     Profile,
-    RouterKind,
     Spec,
-    Topology,
 )
 
-__all__ = ["PROXY_POLICIES", "VLLM_ROUTER_POLICIES", "check_spec"]
+__all__ = ["check_spec"]
 
-PROXY_POLICIES = ("round_robin", "least_outstanding")
-VLLM_ROUTER_POLICIES = (
-    "random",
-    "round_robin",
-    "cache_aware",
-    "kv_aware",
-    "power_of_two",
-    "consistent_hash",
-    "sticky_least_loaded",
-)
-_PD_ONLY_PORTS = ("decode_pd_init", "decode_pd_alloc", "proxy_notify", "nixl_telemetry")
-_MP_ONLY_PORTS = ("lmcache_zmq", "lmcache_http", "lmcache_metrics")
 
 Check = Callable[[Spec], Iterator[SpecIssue]]
 
@@ -36,51 +25,16 @@ def check_spec(spec: Spec) -> list[SpecIssue]:
 
 
 def _topology_settings(spec: Spec) -> Iterator[SpecIssue]:
-    pd = spec.topology is Topology.LMCACHE_PD
-    other = Topology.NIXL_MP if pd else Topology.LMCACHE_PD
-    wrong_section = "server" if pd else "pd"
-    if getattr(spec.lmcache, wrong_section) is not None:
-        yield SpecIssue(
-            f"lmcache.{wrong_section}",
-            f"applies to topology {other.value}, but this stack is {spec.topology.value}",
-            f"remove lmcache.{wrong_section}, or set topology: {other.value}",
-        )
-    wrong_ports = _MP_ONLY_PORTS if pd else _PD_ONLY_PORTS
-    for name in sorted(spec.ports.model_fields_set & set(wrong_ports)):
-        yield SpecIssue(
-            f"ports.{name}",
-            f"is only used by topology {other.value}, not {spec.topology.value}",
-            f"remove ports.{name}",
-        )
-    if not pd and spec.router.notify_port is not None:
-        yield SpecIssue(
-            "router.notify_port",
-            "is the proxy's ZMQ port for LMCache P/D notices; nixl-mp has none",
-            "remove router.notify_port",
-        )
+    # The units sit above the spec (they read and build plan parts): asked at check time.
+    from generator.topologies import topology_issues
+
+    yield from topology_issues(spec)
 
 
 def _router_settings(spec: Spec) -> Iterator[SpecIssue]:
-    kind = spec.router_kind
-    if spec.topology is Topology.LMCACHE_PD and kind is RouterKind.VLLM_ROUTER:
-        yield SpecIssue(
-            "router.kind",
-            "vllm-router cannot drive LMCache's P/D protocol (disagg_spec + ZMQ done notices)",
-            "use router.kind: proxy for lmcache-pd, or topology: nixl-mp for vllm-router",
-        )
-    choices = PROXY_POLICIES if kind is RouterKind.PROXY else VLLM_ROUTER_POLICIES
-    if spec.router.policy not in choices:
-        yield SpecIssue(
-            "router.policy",
-            f"{spec.router.policy!r} is not a {kind.value} policy",
-            f"use one of: {', '.join(choices)}",
-        )
-    if kind is RouterKind.PROXY and spec.router.prometheus_port is not None:
-        yield SpecIssue(
-            "router.prometheus_port",
-            "the proxy serves /metrics on its own port",
-            "remove router.prometheus_port",
-        )
+    from generator.routers import router_issues
+
+    yield from router_issues(spec)
     host_names = {host.name for host in spec.hosts}
     if spec.router.host is not None and spec.router.host not in host_names:
         yield SpecIssue(
@@ -91,22 +45,9 @@ def _router_settings(spec: Spec) -> Iterator[SpecIssue]:
 
 
 def _tensor_parallel(spec: Spec) -> Iterator[SpecIssue]:
-    p_tp, d_tp = spec.prefill.tp, spec.decode.tp
-    if spec.topology is Topology.LMCACHE_PD and p_tp != d_tp:
-        which = "larger" if p_tp > d_tp else "smaller"
-        yield SpecIssue(
-            "prefill.tp",
-            f"prefill TP {p_tp} is {which} than decode TP {d_tp}; LMCache P/D sends each TP "
-            "rank's KV to the decoder rank of the same number, so the sizes must match",
-            f"set prefill.tp and decode.tp to the same value (e.g. both {d_tp})",
-        )
-    elif max(p_tp, d_tp) % min(p_tp, d_tp) != 0:
-        yield SpecIssue(
-            "prefill.tp",
-            f"prefill TP {p_tp} and decode TP {d_tp}: NIXL's heterogeneous TP needs one to "
-            "divide the other",
-            "pick TP sizes where the larger is a multiple of the smaller",
-        )
+    from generator.topologies import topology_unit
+
+    yield from topology_unit(spec.topology).check_spec(spec)
 
 
 def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:

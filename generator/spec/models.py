@@ -292,11 +292,5 @@ class Spec(StrictModel):
     ports: PortBases = Field(default_factory=PortBases)
 
     @property
-    def router_kind(self) -> RouterKind:
-        if self.router.kind is not None:
-            return self.router.kind
-        return RouterKind.PROXY if self.topology is Topology.LMCACHE_PD else RouterKind.VLLM_ROUTER
-
-    @property
     def is_multi_host(self) -> bool:
         return len(self.hosts) > 1

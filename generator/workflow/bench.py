@@ -28,7 +28,7 @@ def bench_command(context: RunContext) -> list[str]:
     plan = context.plan
     settings = context.options.bench_settings
     router_host = "127.0.0.1" if plan.network == "host" else plan.router.service
-    model = plan.spec.model
+    model = plan.model
     load = ["--request-rate", f"{settings.request_rate:g}"] if settings.request_rate else []
     if settings.max_concurrency is not None:
         load += ["--max-concurrency", str(settings.max_concurrency)]
@@ -36,7 +36,7 @@ def bench_command(context: RunContext) -> list[str]:
         *["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve"],
         *["--backend", "openai", "--endpoint", "/v1/completions"],
         *["--base-url", f"http://{router_host}:{plan.router.port}"],
-        *["--model", model.served_name or model.id, "--tokenizer", model.id],
+        *["--model", model.served_name, "--tokenizer", model.id],
         *["--dataset-name", "random", "--random-input-len", str(settings.input_len)],
         *["--random-output-len", str(settings.output_len)],
         *["--num-prompts", str(settings.num_prompts), *load],

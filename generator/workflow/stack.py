@@ -16,9 +16,9 @@ from generator.doctor.report import Verdict
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
 from generator.probes import run_smoke, wait_until_ready
-from generator.probes.readiness import engine_checks, lmcache_checks, routed_request, router_checks
+from generator.probes.readiness import engine_checks, routed_request, router_checks, sidecar_checks
 from generator.render.writer import write_rendered
-from generator.spec import Profile, Topology
+from generator.spec import Profile
 from generator.workflow.context import RunContext
 from generator.workflow.graph import Graph
 from generator.workflow.task import SkipTask, Task
@@ -37,7 +37,7 @@ def build_graph(plan: Plan) -> Graph:
     waits = [_engine_wait(engine) for engine in plan.engines]
     t["render"] >> t["preflight"] >> t["wheels"] >> [t["build-engines"], t["build-router"]]
     chain = [t["render"], t["preflight"], t["wheels"], t["build-engines"], t["build-router"]]
-    if plan.topology is Topology.NIXL_MP:
+    if plan.sidecars:  # services the engines need first (nixl-mp: the LMCache servers)
         t["build-engines"] >> t["start-lmcache"] >> t["wait-lmcache"] >> t["start-engines"]
         chain += [t["start-lmcache"], t["wait-lmcache"]]
     else:
@@ -186,7 +186,7 @@ def build_router_image(context: RunContext) -> str:
 
 
 def _lmcache_services(plan: Plan) -> list[str]:
-    return [e.lmcache_server.service for e in plan.engines if e.lmcache_server is not None]
+    return [sidecar.service for sidecar in plan.sidecars]
 
 
 def start_lmcache_fn(context: RunContext) -> str:
@@ -218,18 +218,15 @@ def _alive(context: RunContext, service: str) -> Callable[[], None]:
 
 def wait_lmcache_fn(context: RunContext) -> str:
     waited = []
-    for engine in context.plan.engines:
-        server = engine.lmcache_server
-        assert server is not None
-        checks = lmcache_checks(server)
+    for sidecar in context.plan.sidecars:
         seconds = wait_until_ready(
-            server.service,
-            checks,
+            sidecar.service,
+            sidecar_checks(sidecar),
             deadline_s=_LMCACHE_DEADLINE_S * context.options.wait_scale,
-            assert_alive=_alive(context, server.service),
+            assert_alive=_alive(context, sidecar.service),
             progress=context.progress,
         )
-        waited.append(f"{server.service} {seconds:.0f} s")
+        waited.append(f"{sidecar.service} {seconds:.0f} s")
     return ", ".join(waited)
 
 

@@ -31,12 +31,15 @@ from generator.plan import Plan, make_plan  # noqa: E402
 from generator.probes import run_smoke, wait_until_ready  # noqa: E402
 from generator.probes.readiness import (  # noqa: E402
     engine_checks,
-    lmcache_checks,
     routed_request,
     router_checks,
+    sidecar_checks,
 )
-from generator.render.commands import engine_command, lmcache_server_command, router_command  # noqa: E402
+from generator.render.commands import engine_command  # noqa: E402
+from generator.routers import router_of  # noqa: E402
 from generator.spec import load_spec  # noqa: E402
+from generator.topologies import topology_of  # noqa: E402
+from generator.topologies.nixl_mp import lmcache_server_command  # noqa: E402
 
 STACK = "cpu-1p1d"
 CACHE = ROOT / ".cache"
@@ -212,18 +215,14 @@ def run_bare() -> tuple[float, int]:
     with bare_processes(plan) as start, PeakMemory(lambda: process_tree_rss(pids)) as memory:
         t0 = time.monotonic()
         noop = lambda: None  # noqa: E731
-        for engine in plan.engines:
-            assert engine.lmcache_server is not None
-            pids.append(
-                start(
-                    lmcache_server_command(plan, engine), base_env, engine.lmcache_server.service
-                ).pid
-            )
-        for engine in plan.engines:
-            assert engine.lmcache_server is not None
+        engines = {engine.name: engine for engine in plan.engines}
+        for sidecar in plan.sidecars:
+            command = lmcache_server_command(plan, engines[sidecar.engine])
+            pids.append(start(command, base_env, sidecar.service).pid)
+        for sidecar in plan.sidecars:
             wait_until_ready(
-                engine.lmcache_server.service,
-                lmcache_checks(engine.lmcache_server),
+                sidecar.service,
+                sidecar_checks(sidecar),
                 deadline_s=120,
                 assert_alive=noop,
                 progress=print,
@@ -233,8 +232,8 @@ def run_bare() -> tuple[float, int]:
             env = {
                 **base_env,
                 "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, engine.cpus)),
-                "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
-                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(engine.side_channel_ports[0]),
+                **topology_of(plan).engine_env(plan, engine),
+                "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",  # bare processes: all on loopback
                 "UCX_NET_DEVICES": "all",
             }
             command = [
@@ -254,7 +253,7 @@ def run_bare() -> tuple[float, int]:
             )
         t_engines = time.monotonic() - t0
         router_env = {"PATH": f"{ROUTER_VENV / 'bin'}:{os.environ['PATH']}"}
-        pids.append(start(router_command(plan), router_env, "router").pid)
+        pids.append(start(router_of(plan).command(plan), router_env, "router").pid)
         wait_until_ready(
             "router",
             router_checks(plan),

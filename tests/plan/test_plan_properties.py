@@ -9,7 +9,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from generator.errors import PlanError
-from generator.plan import Plan, make_plan
+from generator.plan import (
+    EngineKV,
+    LMCachePDReceiverKV,
+    LMCachePDSenderKV,
+    NixlMPEngineKV,
+    Plan,
+    RouterPlan,
+    VllmRouterPlan,
+    make_plan,
+)
 from generator.spec import parse_spec
 
 TP_SIZES = st.sampled_from([1, 2, 4, 8])
@@ -82,21 +91,9 @@ def test_every_port_is_unique_per_host(data: dict[str, Any]) -> None:
     plan = plan_or_skip(data)
     owned: dict[str, list[int]] = defaultdict(list)
     for engine in plan.engines:
-        ports = [
-            engine.http_port,
-            *engine.side_channel_ports,
-            *engine.pd_init_ports,
-            *engine.pd_alloc_ports,
-            *([engine.nixl_telemetry_port] if engine.nixl_telemetry_port else []),
-        ]
-        if engine.lmcache_server is not None:
-            server = engine.lmcache_server
-            ports += [server.zmq_port, server.http_port, server.metrics_port]
-        owned[engine.host] += ports
+        owned[engine.host] += [engine.http_port, *_kv_ports(engine.kv)]
     router = plan.router
-    owned[router.host] += [
-        p for p in (router.port, router.metrics_port, router.notify_port) if p is not None
-    ]
+    owned[router.host] += [router.port, *_router_ports(router)]
     for host, ports in owned.items():
         assert len(ports) == len(set(ports)), host
         assert all(1024 <= port <= 65535 for port in ports)
@@ -110,16 +107,16 @@ def test_every_port_is_unique_per_host(data: dict[str, Any]) -> None:
 def test_per_rank_port_lists_fit_tp_and_are_consecutive(data: dict[str, Any]) -> None:
     plan = plan_or_skip(data)
     for engine in plan.engines:
-        for ports in (engine.side_channel_ports, engine.pd_init_ports, engine.pd_alloc_ports):
-            if ports:
-                assert len(ports) == engine.tp
-                assert list(ports) == list(range(ports[0], ports[0] + engine.tp))
-        if plan.topology.value == "lmcache-pd":
-            assert bool(engine.pd_init_ports) == (engine.role.value == "decode")
-            assert not engine.side_channel_ports
+        kv = engine.kv
+        for ports in _rank_lists(kv):
+            assert len(ports) == engine.tp
+            assert list(ports) == list(range(ports[0], ports[0] + engine.tp))
+        if plan.topology.kind.value == "lmcache-pd":
+            receiver = isinstance(kv, LMCachePDReceiverKV)
+            assert receiver == (engine.role.value == "decode")
+            assert isinstance(kv, LMCachePDReceiverKV | LMCachePDSenderKV)
         else:
-            assert engine.side_channel_ports
-            assert engine.lmcache_server is not None
+            assert isinstance(kv, NixlMPEngineKV)
 
 
 @PROPERTIES
@@ -167,3 +164,26 @@ def test_rdma_follows_kv_between_hosts_and_automatic_ports_avoid_agents(
     assert plan.rdma == plan.kv_crosses_hosts
     fixed = data.get("router", {}).get("port")
     assert not [u for u in plan.ports if u.port in AGENT_PORTS and u.port != fixed]
+
+
+def _rank_lists(kv: EngineKV) -> list[tuple[int, ...]]:
+    if isinstance(kv, NixlMPEngineKV):
+        return [kv.side_channel_ports]
+    if isinstance(kv, LMCachePDReceiverKV):
+        return [kv.init_ports, kv.alloc_ports]
+    return []
+
+
+def _kv_ports(kv: EngineKV) -> list[int]:
+    if isinstance(kv, NixlMPEngineKV):
+        server = kv.lmcache_server
+        return [*kv.side_channel_ports, server.zmq_port, server.http_port, server.metrics_port]
+    if isinstance(kv, LMCachePDSenderKV):
+        return [kv.nixl_telemetry_port]
+    return [*kv.init_ports, *kv.alloc_ports]
+
+
+def _router_ports(router: RouterPlan) -> list[int]:
+    if isinstance(router, VllmRouterPlan):
+        return [router.metrics_port]
+    return [router.notify_port] if router.notify_port is not None else []

@@ -33,7 +33,9 @@ def test_counters_subtract_and_describe() -> None:
 
 def test_same_host_gpus_fail_a_tcp_class_fallback(workspace: Workspace) -> None:
     plan = plan_of(workspace, "xpyd-mp")
-    assert kv_side(plan) == (plan.decode, "read")
+    side = kv_side(plan)
+    assert (side.engines, side.operation) == (tuple(e.name for e in plan.decode), "read")
+    assert side.ports == tuple(e.http_port for e in plan.decode)
     assert kv_speed_row(plan, requests(280, 300), "cuda_ipc").passed is True
     fallback = kv_speed_row(plan, requests(0.42, 0.44), "cuda_ipc")  # UCX may still say cuda_ipc
     assert fallback.passed is False
@@ -49,7 +51,9 @@ def test_a_slow_first_transfer_alone_is_not_a_fallback(workspace: Workspace) -> 
 
 def test_lmcache_pd_judges_the_prefillers_writes(workspace: Workspace) -> None:
     plan = plan_of(workspace, "xpyd")
-    assert kv_side(plan) == (plan.prefill, "write")
+    side = kv_side(plan)
+    assert (side.engines, side.operation) == (tuple(e.name for e in plan.prefill), "write")
+    assert side.seconds_per_unit == 1e-6  # NIXL's exporter counts microseconds
     row = kv_speed_row(plan, requests(150, 200), "cuda_ipc")
     assert (row.passed, row.check) == (True, "KV path speed (NIXL writes, per request)")
 

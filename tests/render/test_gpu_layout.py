@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import LMCachePDReceiverKV, Plan, make_plan
 from generator.render import RenderedStack, render_stack
 from generator.spec import load_spec
 
@@ -198,7 +198,8 @@ def test_tp8_decoder_health_check_passes_only_where_lmcache_really_listens(
     service = services(result, "node-d")[decoder.name]
     command = service["healthcheck"]["test"][1:]
     command[0] = sys.executable
-    ports = list(decoder.pd_init_ports + decoder.pd_alloc_ports)
+    assert isinstance(decoder.kv, LMCachePDReceiverKV)
+    ports = list(decoder.kv.init_ports + decoder.kv.alloc_ports)
     assert len(ports) == 16
     server = http.server.HTTPServer(("127.0.0.1", decoder.http_port), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()

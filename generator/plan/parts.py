@@ -1,0 +1,159 @@
+"""The topology's and the router's share of the plan, as discriminated unions: one member
+per unit (generator/topologies/, generator/routers/), so nothing is None "for the other one".
+
+An engine's KV part says which KV ports it holds; the stack's topology part holds the
+resolved LMCache settings; the router part holds the router kind's own ports.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import Field
+
+from generator.plan.frozen import Frozen
+from generator.spec import RouterKind, Topology
+
+__all__ = [
+    "EngineKV",
+    "LMCachePDReceiverKV",
+    "LMCachePDSenderKV",
+    "LMCachePDTopology",
+    "LMCacheServerPlan",
+    "NixlMPEngineKV",
+    "NixlMPTopology",
+    "ProxyRouterPlan",
+    "RouterPlan",
+    "SidecarPlan",
+    "TopologyPlan",
+    "VllmRouterPlan",
+    "part_of",
+    "span",
+]
+
+_T = TypeVar("_T")
+
+
+def span(ports: tuple[int, ...]) -> str:
+    return str(ports[0]) if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"
+
+
+def part_of(value: object, kind: type[_T], owner: str) -> _T:
+    """A unit's own part of the plan. The registries dispatch by kind, so another kind's part
+    here is a bug in the tool, never the user's."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{owner}: {kind.__name__} expected, not {type(value).__name__}")
+    return value
+
+
+# --- the stack's topology part -------------------------------------------------------------
+
+
+class LMCachePDTopology(Frozen):
+    kind: Literal[Topology.LMCACHE_PD] = Topology.LMCACHE_PD
+    chunk_size: int
+    prefill_buffer_bytes: int
+    decode_buffer_bytes: int
+    buffer_device: Literal["cuda", "cpu"]
+    backends: tuple[str, ...]
+
+
+class NixlMPTopology(Frozen):
+    kind: Literal[Topology.NIXL_MP] = Topology.NIXL_MP
+    chunk_size: int
+    l1_size_gb: float
+    eviction_policy: str
+    supported_transfer_mode: str
+    server_extra_args: tuple[str, ...] = ()
+
+
+TopologyPlan = Annotated[LMCachePDTopology | NixlMPTopology, Field(discriminator="kind")]
+
+
+# --- an engine's KV part -------------------------------------------------------------------
+
+
+class LMCacheServerPlan(Frozen):
+    service: str
+    zmq_port: int
+    http_port: int
+    metrics_port: int
+
+
+class NixlMPEngineKV(Frozen):
+    kind: Literal["nixl-mp"] = "nixl-mp"
+    side_channel_ports: tuple[int, ...]  # NIXL handshake, one per TP rank
+    lmcache_server: LMCacheServerPlan
+
+    def describe(self) -> str:
+        return f"nixl {span(self.side_channel_ports)}"
+
+
+class LMCachePDSenderKV(Frozen):
+    kind: Literal["lmcache-pd-sender"] = "lmcache-pd-sender"
+    # NIXL's own Prometheus exporter, the only place LMCache's P/D transfers report bytes and
+    # time (LMCache's metrics time local copies only).
+    nixl_telemetry_port: int
+
+    def describe(self) -> str:
+        return "-"
+
+
+class LMCachePDReceiverKV(Frozen):
+    kind: Literal["lmcache-pd-receiver"] = "lmcache-pd-receiver"
+    init_ports: tuple[int, ...]  # one per TP rank
+    alloc_ports: tuple[int, ...]
+    bind_host: str  # where those ports listen (LMCache's pd_peer_host)
+
+    @property
+    def probe_host(self) -> str:
+        """Where a check inside the container reaches the P/D ports: they listen only on
+        ``bind_host`` (a host address), or on every interface (0.0.0.0)."""
+        return "127.0.0.1" if self.bind_host == "0.0.0.0" else self.bind_host
+
+    def describe(self) -> str:
+        return f"init {span(self.init_ports)} alloc {span(self.alloc_ports)}"
+
+
+EngineKV = Annotated[
+    NixlMPEngineKV | LMCachePDSenderKV | LMCachePDReceiverKV, Field(discriminator="kind")
+]
+
+
+class SidecarPlan(Frozen):
+    """A service an engine needs healthy before it starts (nixl-mp: its `lmcache server`):
+    the workflow starts and waits for these first."""
+
+    service: str
+    role: str  # its image role and label
+    engine: str
+    host: str
+    health_port: int
+    health_path: str
+
+
+# --- the router part -----------------------------------------------------------------------
+
+
+class _RouterBase(Frozen):
+    service: str = "router"
+    host: str
+    address: str
+    advertise_host: str
+    port: int
+    policy: str
+    session_header: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+class ProxyRouterPlan(_RouterBase):
+    kind: Literal[RouterKind.PROXY] = RouterKind.PROXY
+    notify_port: int | None = None  # ZMQ PULL socket for LMCache P/D notices (lmcache-pd)
+
+
+class VllmRouterPlan(_RouterBase):
+    kind: Literal[RouterKind.VLLM_ROUTER] = RouterKind.VLLM_ROUTER
+    metrics_port: int  # its Prometheus listener
+
+
+RouterPlan = Annotated[ProxyRouterPlan | VllmRouterPlan, Field(discriminator="kind")]

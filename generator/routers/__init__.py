@@ -1,0 +1,53 @@
+"""Router kinds as units: one module each behind ``RouterUnit`` (base.py), looked up by kind
+here. Adding a router (SGLang's, llm-d's scheduler) means one module, its entry below and its
+plan part (generator/plan/parts.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+
+from generator.errors import SpecIssue
+from generator.plan.models import Plan
+from generator.routers import proxy, vllm_router
+from generator.routers.base import RouterSite, RouterUnit
+from generator.spec import RouterKind, Spec
+from generator.topologies import topology_unit
+
+__all__ = [
+    "ROUTERS",
+    "RouterSite",
+    "RouterUnit",
+    "router_issues",
+    "router_kind",
+    "router_of",
+    "router_unit",
+]
+
+ROUTERS: Mapping[RouterKind, RouterUnit] = MappingProxyType(
+    {unit.kind: unit for unit in (proxy.UNIT, vllm_router.UNIT)}
+)
+
+
+def router_kind(spec: Spec) -> RouterKind:
+    """The spec's router, else its topology's usual one."""
+    return spec.router.kind or topology_unit(spec.topology).default_router
+
+
+def router_unit(kind: RouterKind) -> RouterUnit:
+    return ROUTERS[kind]
+
+
+def router_of(plan: Plan) -> RouterUnit:
+    return ROUTERS[plan.router.kind]
+
+
+def router_issues(spec: Spec) -> Iterator[SpecIssue]:
+    unit = router_unit(router_kind(spec))
+    yield from unit.check_spec(spec)
+    if spec.router.policy not in unit.policies:
+        yield SpecIssue(
+            "router.policy",
+            f"{spec.router.policy!r} is not a {unit.kind.value} policy",
+            f"use one of: {', '.join(unit.policies)}",
+        )

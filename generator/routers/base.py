@@ -1,0 +1,88 @@
+"""What a router kind is to the rest of the tool: the protocol each unit meets (one module
+per kind, registered in ``__init__.py``). Pure: spec and plan in, data out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from generator.errors import SpecIssue
+from generator.plan.models import Plan
+from generator.plan.parts import RouterPlan
+from generator.plan.ports import PortBook
+from generator.services.model import ConfigFile
+from generator.spec import RouterKind, Spec
+
+__all__ = ["RouterSite", "RouterUnit"]
+
+
+@dataclass(frozen=True)
+class RouterSite:
+    """What the planner has decided about the router before its kind claims its own ports."""
+
+    host: str
+    address: str
+    advertise_host: str
+    port: int
+    policy: str
+    session_header: str | None
+    extra_args: tuple[str, ...]
+    notices: bool  # the topology sends KV-ready notices to the router
+
+    def common(self) -> dict[str, Any]:
+        """The fields every router kind's plan part has."""
+        fields = asdict(self)
+        del fields["notices"]
+        return fields
+
+    def claim(self, book: PortBook, preferred: int, purpose: str, field: str) -> int:
+        """One more port of the router's own, on its host."""
+        ports = book.claim_block(
+            self.host, preferred, 1, owner="router", purpose=purpose, field=field
+        )
+        return ports[0]
+
+
+@runtime_checkable  # lets the registry test check that each unit has every member
+class RouterUnit(Protocol):
+    @property
+    def kind(self) -> RouterKind: ...
+
+    @property
+    def default_port(self) -> int: ...
+
+    @property
+    def policies(self) -> tuple[str, ...]: ...
+
+    @property
+    def ships_proxy(self) -> bool:
+        """Its image carries generator/proxy (part of what the image tag stands for)."""
+        ...
+
+    @property
+    def stamp(self) -> Literal["response-id", "headers"]:
+        """How it names the prefill/decode pair it chose: in the response id, or headers."""
+        ...
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]: ...
+
+    def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> RouterPlan:
+        """The router's plan part; claims the kind's own ports (after the router port)."""
+        ...
+
+    def command(self, plan: Plan) -> list[str]: ...
+
+    def config_file(self, plan: Plan) -> ConfigFile | None: ...
+
+    def published_ports(self, plan: Plan) -> tuple[int, ...]:
+        """Ports a client or prober outside reaches, the router port first."""
+        ...
+
+    def private_ports(self, plan: Plan) -> tuple[int, ...]:
+        """Ports only the stack's own services reach (on a bridge: exposed, not published)."""
+        ...
+
+    def sticky_sessions(self, plan: Plan) -> bool:
+        """It keeps one session on one pair (the verdict checks it)."""
+        ...

@@ -1,0 +1,110 @@
+"""Our P/D proxy (``python -m generator.proxy``): speaks LMCache P/D (with its ZMQ notices)
+and NIXL's hand-off; everything but its config path is in its config file (router.yaml),
+built with the proxy's own config model so the two can never disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+from generator.errors import SpecIssue
+from generator.plan.models import EnginePlan, Plan
+from generator.plan.parts import LMCachePDReceiverKV, ProxyRouterPlan, part_of
+from generator.plan.ports import PortBook
+from generator.proxy.config import (
+    BackendConfig,
+    DecoderConfig,
+    ListenConfig,
+    NotifyConfig,
+    PolicyConfig,
+    ProxyConfig,
+)
+from generator.routers.base import RouterSite
+from generator.services.model import ConfigFile
+from generator.spec import RouterKind, Spec
+from generator.topologies import topology_of
+
+__all__ = ["PROXY_CONFIG_PATH", "UNIT", "Proxy"]
+
+PROXY_CONFIG_PATH = "/etc/xpyd/router.yaml"
+
+
+class Proxy:
+    kind = RouterKind.PROXY
+    # Seed A's proxy listens on 9100, node_exporter's port on most GPU hosts: the seed stacks
+    # keep it (router.port), everything else defaults to 8100.
+    default_port = 8100
+    policies = ("round_robin", "least_outstanding")
+    ships_proxy = True
+    stamp: Literal["response-id", "headers"] = "headers"
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        if spec.router.prometheus_port is not None:
+            yield SpecIssue(
+                "router.prometheus_port",
+                "the proxy serves /metrics on its own port",
+                "remove router.prometheus_port",
+            )
+
+    def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> ProxyRouterPlan:
+        notify = None
+        if site.notices:
+            notify = spec.router.notify_port or site.claim(
+                book, spec.ports.proxy_notify, "proxy ZMQ notices", "ports.proxy_notify"
+            )
+        return ProxyRouterPlan(**site.common(), notify_port=notify)
+
+    def command(self, plan: Plan) -> list[str]:
+        return ["python3", "-m", "generator.proxy", "--config", PROXY_CONFIG_PATH]
+
+    def config_file(self, plan: Plan) -> ConfigFile:
+        data = _config(plan).model_dump(mode="json", exclude_defaults=False)
+        return ConfigFile("proxy", "router.yaml", PROXY_CONFIG_PATH, data)
+
+    def published_ports(self, plan: Plan) -> tuple[int, ...]:
+        return (plan.router.port,)
+
+    def private_ports(self, plan: Plan) -> tuple[int, ...]:
+        notify = _router(plan).notify_port
+        return (notify,) if notify is not None else ()
+
+    def sticky_sessions(self, plan: Plan) -> bool:
+        return plan.router.session_header is not None
+
+
+def _router(plan: Plan) -> ProxyRouterPlan:
+    return part_of(plan.router, ProxyRouterPlan, plan.stack)
+
+
+def _config(plan: Plan) -> ProxyConfig:
+    router = _router(plan)
+    return ProxyConfig(
+        protocol=topology_of(plan).router_protocol,
+        listen=ListenConfig(host="0.0.0.0", port=router.port),
+        model=plan.model.served_name,
+        policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),
+        session_header=router.session_header,
+        prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],
+        decode=[_decoder(engine) for engine in plan.decode],
+        # Prefillers on other hosts push notices here: bind every interface, not localhost.
+        notify=NotifyConfig(bind_host="0.0.0.0", port=router.notify_port)
+        if router.notify_port
+        else None,
+    )
+
+
+def _decoder(engine: EnginePlan) -> DecoderConfig:
+    kv = engine.kv
+    if not isinstance(kv, LMCachePDReceiverKV):  # NIXL: the decoder pulls, no ports to tell
+        return DecoderConfig(name=engine.name, url=engine.url, tp=engine.tp)
+    return DecoderConfig(
+        name=engine.name,
+        url=engine.url,
+        tp=engine.tp,
+        kv_host=engine.advertise_host,
+        init_ports=list(kv.init_ports),
+        alloc_ports=list(kv.alloc_ports),
+    )
+
+
+UNIT = Proxy()

@@ -1,0 +1,135 @@
+"""What a P/D topology is to the rest of the tool: the protocol each unit meets (one module
+per topology, registered in ``__init__.py``) and the data it hands to the probes.
+
+A unit is pure: it reads the spec and the plan and returns data (plan parts, connector
+configs, environments, config files, where the verdict's counters are). It never does HTTP
+or touches Docker; the probes and the workflow read what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from generator.errors import SpecIssue
+from generator.plan.models import EnginePlan, Network, Plan, Role
+from generator.plan.parts import EngineKV, SidecarPlan, TopologyPlan
+from generator.plan.ports import PortBook
+from generator.services.model import ConfigFile
+from generator.spec import Profile, RouterKind, Spec, Topology
+
+__all__ = ["CounterRow", "EngineSite", "KvSpeedSource", "TopologyUnit", "VerdictSources"]
+
+
+@dataclass(frozen=True)
+class EngineSite:
+    """What the planner has decided about an engine before its topology claims KV ports."""
+
+    name: str
+    role: Role
+    host: str
+    address: str
+    network: Network
+    tp: int
+
+
+@dataclass(frozen=True)
+class KvSpeedSource:
+    """Prometheus counters that time the KV transfers, on the engines that make them."""
+
+    engines: tuple[str, ...]  # whose counters tell (their logs name the UCX transport)
+    ports: tuple[int, ...]  # their metrics ports, in the same order
+    operation: Literal["read", "write"]  # the UCX operation carrying the KV (ucp_get/ucp_put)
+    bytes_metric: str
+    seconds_metric: str
+    seconds_per_unit: float  # the seconds metric's unit, in seconds
+    transfers_metric: str
+    memory: Literal["host", "cuda"]  # where the KV sits (UCX's memory type)
+
+
+@dataclass(frozen=True)
+class CounterRow:
+    """A decode-engine counter the verdict judges by its change across the smoke requests."""
+
+    check: str
+    metric: str
+    must_be_zero: bool  # else it must grow
+
+
+@dataclass(frozen=True)
+class VerdictSources:
+    kv_speed: KvSpeedSource
+    # Prompt tokens a decoder computes itself per request (lmcache-pd: the prefiller's first
+    # token; NIXL hands over the prompt alone).
+    local_compute_per_request: int
+    decode_rows: tuple[CounterRow, ...] = ()
+    object_stores: tuple[tuple[str, int], ...] = ()  # (service, http port): LMCache /status
+
+
+@runtime_checkable  # lets the registry test check that each unit has every member
+class TopologyUnit(Protocol):
+    """One P/D topology: everything in which lmcache-pd and nixl-mp differ."""
+
+    @property
+    def kind(self) -> Topology: ...
+
+    @property
+    def default_router(self) -> RouterKind: ...
+
+    @property
+    def router_notices(self) -> bool:
+        """The router receives KV-ready notices from the prefillers (on a port of its own)."""
+        ...
+
+    @property
+    def router_protocol(self) -> Literal["lmcache-pd", "nixl"]:
+        """The P/D protocol our proxy speaks for this topology."""
+        ...
+
+    @property
+    def spec_sections(self) -> tuple[str, ...]:
+        """The ``lmcache.<section>`` settings only this topology reads."""
+        ...
+
+    @property
+    def port_fields(self) -> tuple[str, ...]:
+        """The ``ports.<field>`` bases only this topology uses."""
+        ...
+
+    @property
+    def extra_image_roles(self) -> tuple[str, ...]: ...
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]: ...
+
+    def plan_settings(self, spec: Spec) -> TopologyPlan: ...
+
+    def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> EngineKV:
+        """Claims the engine's KV ports (in a fixed order: the plan must be deterministic)."""
+        ...
+
+    def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]: ...
+
+    def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
+        """vLLM's ``--kv-transfer-config``."""
+        ...
+
+    def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]: ...
+
+    def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
+        """Ports besides vLLM's http port that a prober outside reaches (published)."""
+        ...
+
+    def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
+        """Sockets the engine's health check must find open, from inside its container."""
+        ...
+
+    def engine_config(self, plan: Plan, engine: EnginePlan) -> ConfigFile | None:
+        """The engine's LMCache config file, if it reads one."""
+        ...
+
+    def needs_cpu_connector(self, profile: Profile) -> bool:
+        """The engine image carries our KV connector for vLLM's CPU build."""
+        ...
+
+    def verdict_sources(self, plan: Plan) -> VerdictSources: ...

@@ -1,0 +1,196 @@
+"""nixl-mp: vLLM's NIXL hand-off (MultiConnector[NixlConnector, LMCacheMPConnector]) with one
+`lmcache server` per vLLM instance, as LMCache's MP docs ("Disaggregated Prefill") run it.
+
+The decoder pulls the prompt's KV from the prefiller with NIXL READs over the side channel
+(one port per TP rank); each engine keeps its KV chunks in its own LMCache server, which the
+workflow starts and waits for before the engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from generator.errors import SpecIssue
+from generator.plan.models import EnginePlan, Plan, Role
+from generator.plan.parts import (
+    LMCacheServerPlan,
+    NixlMPEngineKV,
+    NixlMPTopology,
+    SidecarPlan,
+    part_of,
+)
+from generator.plan.ports import PortBook
+from generator.services.model import ConfigFile
+from generator.spec import LMCacheServerSpec, Profile, RouterKind, Spec, Topology
+from generator.topologies.base import CounterRow, EngineSite, KvSpeedSource, VerdictSources
+
+__all__ = ["UNIT", "NixlMP", "lmcache_server_command"]
+
+_CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs little
+_GPU_L1_SIZE_GB = 100.0  # the MP docs' value
+
+
+class NixlMP:
+    kind = Topology.NIXL_MP
+    default_router = RouterKind.VLLM_ROUTER
+    router_protocol: Literal["lmcache-pd", "nixl"] = "nixl"
+    router_notices = False
+    spec_sections = ("server",)
+    port_fields = ("lmcache_zmq", "lmcache_http", "lmcache_metrics")
+    extra_image_roles = ("lmcache",)
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        p_tp, d_tp = spec.prefill.tp, spec.decode.tp
+        if max(p_tp, d_tp) % min(p_tp, d_tp) != 0:
+            yield SpecIssue(
+                "prefill.tp",
+                f"prefill TP {p_tp} and decode TP {d_tp}: NIXL's heterogeneous TP needs one to "
+                "divide the other",
+                "pick TP sizes where the larger is a multiple of the smaller",
+            )
+
+    def plan_settings(self, spec: Spec) -> NixlMPTopology:
+        given = spec.lmcache.server or LMCacheServerSpec()
+        cpu = spec.profile is Profile.CPU
+        # On CPU the vLLM worker can only use engine-driven transfers; `auto` serves both.
+        return NixlMPTopology(
+            chunk_size=spec.lmcache.chunk_size,
+            l1_size_gb=given.l1_size_gb or (_CPU_L1_SIZE_GB if cpu else _GPU_L1_SIZE_GB),
+            eviction_policy=given.eviction_policy,
+            supported_transfer_mode=given.supported_transfer_mode
+            or ("auto" if cpu else "lmcache_driven"),
+            server_extra_args=tuple(given.extra_args),
+        )
+
+    def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> NixlMPEngineKV:
+        side = book.claim_block(
+            site.host,
+            spec.ports.nixl_side_channel,
+            site.tp,
+            owner=site.name,
+            purpose="NIXL side channel",
+            field="ports.nixl_side_channel",
+        )
+        return NixlMPEngineKV(side_channel_ports=side, lmcache_server=_server(spec, book, site))
+
+    def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
+        server = _kv(engine).lmcache_server
+        return (
+            SidecarPlan(
+                service=server.service,
+                role="lmcache",
+                engine=engine.name,
+                host=engine.host,
+                health_port=server.http_port,
+                health_path="/healthcheck",  # /health is 404 there
+            ),
+        )
+
+    def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
+        server = _kv(engine).lmcache_server
+        role = "kv_producer" if engine.role is Role.PREFILL else "kv_consumer"
+        nixl: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": role}
+        if plan.profile is Profile.CPU:
+            nixl["kv_buffer_device"] = "cpu"
+        lmcache_host = "127.0.0.1" if plan.network == "host" else server.service
+        mp = {
+            "kv_connector": "LMCacheMPConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {
+                "lmcache.mp.host": f"tcp://{lmcache_host}",
+                "lmcache.mp.port": server.zmq_port,
+            },
+        }
+        # Fail loudly on a failed KV load instead of silently recomputing the prompt. vLLM
+        # reads this at the top level only (measured on 0.32: inside NixlConnector's entry it
+        # is ignored).
+        return {
+            "kv_connector": "MultiConnector",
+            "kv_role": role,
+            "kv_load_failure_policy": "fail",
+            "kv_connector_extra_config": {"connectors": [nixl, mp]},
+        }
+
+    def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]:
+        return {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": engine.advertise_host,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(_kv(engine).side_channel_ports[0]),
+        }
+
+    def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
+        return ()
+
+    def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
+        return []
+
+    def engine_config(self, plan: Plan, engine: EnginePlan) -> ConfigFile | None:
+        return None  # the servers take their settings as arguments
+
+    def needs_cpu_connector(self, profile: Profile) -> bool:
+        return False
+
+    def verdict_sources(self, plan: Plan) -> VerdictSources:
+        # The decoder READs from the prefiller (ucp_get) and vLLM records each transfer's
+        # bytes and time (NIXL's own telemetry).
+        speed = KvSpeedSource(
+            engines=tuple(engine.name for engine in plan.decode),
+            ports=tuple(engine.http_port for engine in plan.decode),
+            operation="read",
+            bytes_metric="vllm:nixl_bytes_transferred_sum",
+            seconds_metric="vllm:nixl_xfer_time_seconds_sum",
+            seconds_per_unit=1.0,
+            transfers_metric="vllm:nixl_xfer_time_seconds_count",
+            memory="host" if plan.profile is Profile.CPU else "cuda",
+        )
+        rows = (
+            CounterRow("NIXL failed transfers", "vllm:nixl_num_failed_transfers_total", True),
+            CounterRow("NIXL bytes transferred", "vllm:nixl_bytes_transferred_sum", False),
+        )
+        stores = tuple(
+            (_kv(e).lmcache_server.service, _kv(e).lmcache_server.http_port) for e in plan.engines
+        )
+        return VerdictSources(speed, 0, rows, stores)
+
+
+def _kv(engine: EnginePlan) -> NixlMPEngineKV:
+    return part_of(engine.kv, NixlMPEngineKV, engine.name)
+
+
+def _settings(plan: Plan) -> NixlMPTopology:
+    return part_of(plan.topology, NixlMPTopology, plan.stack)
+
+
+def _server(spec: Spec, book: PortBook, site: EngineSite) -> LMCacheServerPlan:
+    service = f"lmcache-{site.name}"
+    bases = spec.ports
+
+    def one(preferred: int, purpose: str, field: str) -> int:
+        return book.claim_block(
+            site.host, preferred, 1, owner=service, purpose=purpose, field=field
+        )[0]
+
+    return LMCacheServerPlan(
+        service=service,
+        zmq_port=one(bases.lmcache_zmq, "LMCache ZMQ", "ports.lmcache_zmq"),
+        http_port=one(bases.lmcache_http, "LMCache http", "ports.lmcache_http"),
+        metrics_port=one(bases.lmcache_metrics, "LMCache metrics", "ports.lmcache_metrics"),
+    )
+
+
+def lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
+    server, settings = _kv(engine).lmcache_server, _settings(plan)
+    # On a bridge network peers reach the server by service name, so bind all interfaces of
+    # the container; with host networking only the co-located engine needs it.
+    bind = "127.0.0.1" if plan.network == "host" else "0.0.0.0"
+    args = ["lmcache", "server", "--host", bind, "--port", str(server.zmq_port)]
+    args += ["--http-host", bind, "--http-port", str(server.http_port)]
+    args += ["--prometheus-port", str(server.metrics_port)]
+    args += ["--l1-size-gb", f"{settings.l1_size_gb:g}"]
+    args += ["--eviction-policy", settings.eviction_policy]
+    args += ["--chunk-size", str(settings.chunk_size), "--instance-id", engine.name]
+    args += ["--supported-transfer-mode", settings.supported_transfer_mode]
+    return [*args, *settings.server_extra_args]
+
+
+UNIT = NixlMP()
