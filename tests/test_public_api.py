@@ -32,6 +32,16 @@ PUBLIC = {
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
     "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.docker": {
+        "LOCAL",
+        "ComposeStack",
+        "DockerEndpoint",
+        "TransferReport",
+        "check_reachable",
+        "image_id",
+        "transfer_images",
+    },
+    "generator.workflow.engines": {"host_endpoint", "host_endpoints"},
     "generator.doctor.isolation": {
         "ContainerView",
         "PidNamespace",

@@ -175,4 +175,5 @@ def _plan_host(
         gpus=tuple(host.gpus or ()),
         cpus=tuple(host.cpus or ()),
         services=tuple(services),
+        docker=host.docker,
     )

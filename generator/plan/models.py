@@ -20,7 +20,7 @@ from generator.plan.parts import (
     SidecarPlan,
     TopologyPlan,
 )
-from generator.spec import GpuAccess, ImagesSpec, Profile
+from generator.spec import DockerAccess, GpuAccess, ImagesSpec, Profile
 
 __all__ = [
     "EnginePlan",
@@ -118,6 +118,9 @@ class HostPlan(Frozen):
     gpus: tuple[int, ...] = ()
     cpus: tuple[int, ...] = ()
     services: tuple[str, ...] = ()
+    # How to reach this host's Docker engine; None: the local one. Left out of plan.json when
+    # None, so stacks without it render as before.
+    docker: DockerAccess | None = Field(None, exclude_if=lambda value: value is None)
 
 
 class Plan(Frozen):

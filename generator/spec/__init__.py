@@ -2,6 +2,7 @@
 
 from generator.spec.load import apply_overrides, load_spec, parse_spec
 from generator.spec.models import (
+    DockerAccess,
     GpuAccess,
     GpuSpec,
     GroupPlacement,
@@ -26,6 +27,7 @@ from generator.spec.models import (
 )
 
 __all__ = [
+    "DockerAccess",
     "GpuAccess",
     "GpuSpec",
     "GroupPlacement",

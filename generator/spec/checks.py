@@ -139,6 +139,19 @@ def _hosts(spec: Spec) -> Iterator[SpecIssue]:
             seen.add(value)
 
 
+def _docker_access(spec: Spec) -> Iterator[SpecIssue]:
+    for index, host in enumerate(spec.hosts):
+        access = host.docker
+        if access is not None and (access.context is None) == (access.url is None):
+            found = "gives both" if access.context is not None else "gives neither"
+            yield SpecIssue(
+                f"hosts[{index}].docker",
+                f"must give exactly one of context or url, but {found}",
+                "keep one: context: NAME (a `docker context`) or url: ssh://user@host; "
+                "remove hosts[].docker to use the local engine",
+            )
+
+
 def _placement(spec: Spec) -> Iterator[SpecIssue]:
     if spec.placement is None:
         return
@@ -185,5 +198,6 @@ _CHECKS: tuple[Check, ...] = (
     _model_source,
     _token_source,
     _hosts,
+    _docker_access,
     _placement,
 )

@@ -86,10 +86,13 @@ _FIXES = {
 
 
 def _shown(error: ErrorDetails, loc: tuple[int | str, ...]) -> str:
-    """The refused value, shortened; never anything under hf.token."""
+    """The refused value, shortened; never anything under hf.token, nor a Docker URL's user
+    part (``tcp://user:password@host``)."""
     if tuple(loc[:2]) == ("hf", "token"):
         return "a value not shown: it may be a token"
     text = repr(error.get("input"))
+    if tuple(loc[-2:]) == ("docker", "url") and "@" in text:
+        return "a value not shown: it may hold a password"
     return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
 
 

@@ -21,6 +21,8 @@ from generator.spec.types import (
     CsvHostNames,
     CsvPorts,
     DnsLabel,
+    DockerContextName,
+    DockerUrl,
     EnvName,
     EnvValue,
     HeaderName,
@@ -42,6 +44,7 @@ from generator.spec.types import (
 )
 
 __all__ = [
+    "DockerAccess",
     "GpuAccess",
     "GpuSpec",
     "GroupPlacement",
@@ -131,11 +134,23 @@ class GroupSpec(StrictModel):
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
 
 
+class DockerAccess(StrictModel):
+    """How the tool reaches a host's Docker engine: exactly one of the two (checks.py)."""
+
+    context: DockerContextName | None = Field(None, description="a `docker context` name")
+    url: DockerUrl | None = Field(
+        None, description="ssh://[user@]host[:port], tcp://host:port or unix:///path"
+    )
+
+
 class HostSpec(StrictModel):
     name: DnsLabel
     address: HostAddress = "127.0.0.1"
     gpus: CsvDeviceIds | None = None
     cpus: CsvDeviceIds | None = None
+    docker: DockerAccess | None = Field(
+        None, description="this host's Docker engine; absent: the local one (DOCKER_HOST)"
+    )
 
 
 class GroupPlacement(StrictModel):

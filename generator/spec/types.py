@@ -28,6 +28,8 @@ __all__ = [
     "CsvHostNames",
     "CsvPorts",
     "DnsLabel",
+    "DockerContextName",
+    "DockerUrl",
     "EnvName",
     "EnvValue",
     "HeaderName",
@@ -208,6 +210,63 @@ def _host_address(value: str) -> str:
     return value
 
 
+# What the docker CLI accepts as a context name (docker/cli, store.go: restrictedNamePattern).
+_check_context = _shaped(
+    r"[A-Za-z0-9][A-Za-z0-9_.+-]+",
+    "a Docker context name (letters, digits, '_', '.', '+', '-'; two or more, no leading '-')",
+    "gpu-node-3 (see `docker context ls`)",
+    max_length=128,
+)
+
+_URL_FIX = "write ssh://[user@]host[:port], tcp://host:port or unix:///absolute/path.sock"
+_SSH_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_URL_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _docker_url(value: str) -> str:
+    """How the docker CLI reaches an engine (``docker -H``): ssh, tcp or a unix socket.
+    A password in the URL would land in run records and process lists: refused."""
+    _single_line(value)
+    if len(value) > 2048:
+        raise refuse(f"is {len(value)} characters long; at most 2048", "shorten it")
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("ssh", "tcp", "unix"):
+        raise refuse("is not an ssh://, tcp:// or unix:// Docker engine URL", _URL_FIX)
+    if scheme == "unix":
+        _absolute_path(rest)
+    else:
+        _remote_authority(scheme, rest)
+    return value
+
+
+def _remote_authority(scheme: str, rest: str) -> None:
+    """``[user@]host[:port]`` of an ssh or tcp URL, and nothing after it."""
+    user, at, authority = rest.rpartition("@")
+    if at and (scheme == "tcp" or not _SSH_USER.fullmatch(user)):
+        raise refuse(
+            "holds credentials or a malformed user before '@'",
+            "ssh: give only a user name (ssh://user@host), keys come from ssh-agent or "
+            "~/.ssh/config; tcp: no user at all (TLS settings belong in a docker context)",
+        )
+    if authority.startswith("["):
+        raise refuse("has an IPv6 host", "use the host's IPv4 address or a DNS name")
+    host, colon, port = authority.partition(":")
+    if scheme == "tcp" and not colon:
+        raise refuse("has no port (tcp://host:port)", "add the engine's port, e.g. :2376")
+    if colon and not (_URL_PORT.fullmatch(port) and 1 <= int(port) <= 65535):
+        raise refuse(f"has the port {port!r}, not a number from 1 to 65535", _URL_FIX)
+    if not host:
+        raise refuse("has no host", _URL_FIX)
+    _url_host(host)
+
+
+def _url_host(host: str) -> None:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        _check_hostname(host)
+
+
 _check_hostname = _shaped(
     r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
@@ -270,6 +329,8 @@ Repository = Annotated[str, AfterValidator(_check_repository)]
 Version = Annotated[str, AfterValidator(_check_version)]
 Url = Annotated[str, AfterValidator(_url)]
 HostAddress = Annotated[str, AfterValidator(_host_address)]
+DockerContextName = Annotated[str, AfterValidator(_check_context)]
+DockerUrl = Annotated[str, AfterValidator(_docker_url)]
 ServedName = Annotated[
     str,
     AfterValidator(

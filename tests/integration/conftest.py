@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.docker import ComposeStack, ServiceState, docker_available
+from generator.docker import ComposeStack, ServiceState, docker_available, image_exists
+from generator.paths import Workspace
+from tests.integration.hosts import NetnsHosts, missing_tools, running_hosts
 from tests.tools import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,3 +63,36 @@ def scratch_root() -> Iterator[Path]:
     base.mkdir(parents=True)
     yield base
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def netns_hosts() -> Iterator[NetnsHosts]:
+    """Two hosts (hosta, hostb), each a network namespace with its own address and Docker
+    engine, reached as a docker context (tests/integration/hosts.py); removed after the
+    session, also when tests fail."""
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"test hosts need {', '.join(missing)}")
+    with running_hosts() as hosts:
+        yield hosts
+
+
+@pytest.fixture(scope="session")
+def router_image() -> str:
+    """The cpu-1p1d router image (~300 MB, with Python), built when missing as `up` would."""
+    from generator.plan import make_plan
+    from generator.render import render_stack
+    from generator.render.writer import write_rendered
+    from generator.spec import load_spec
+    from generator.wheelhouse import fill_wheelhouse
+
+    workspace = Workspace(ROOT)
+    plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
+    rendered = render_stack(plan, workspace)
+    (project,) = rendered.projects
+    tag: str = project.document["services"]["router"]["image"]
+    if not image_exists(tag):
+        write_rendered(rendered, ROOT)
+        fill_wheelhouse(plan, workspace, lambda _line: None)
+        ComposeStack(ROOT / project.compose_file, project.name).build(["router"], print)
+    return tag

@@ -87,7 +87,8 @@ CPU_BASE: dict[str, Any] = {
               "extra_args": ["--enforce-eager", "x"]},
     "prefill": {"env": {}, "extra_args": ["x"]},
     "decode": {"env": {"A": "x"}},
-    "hosts": [{"name": "local", "address": "127.0.0.1", "cpus": [0, 1]}],
+    "hosts": [{"name": "local", "address": "127.0.0.1", "cpus": [0, 1],
+               "docker": {"context": "node-a"}}],
     "lmcache": {"server": {"extra_args": ["x"]}},
     "router": {"kind": "vllm-router", "host": "local", "policy": "round_robin",
                "extra_args": ["x"]},
@@ -105,7 +106,8 @@ GPU_BASE: dict[str, Any] = {
     "model": {"id": "/models/m", "source": "host-path", "host_path": "/srv/models/m"},
     "prefill": {"extra_args": ["x"]},
     "decode": {"env": {}},
-    "hosts": [{"name": "local", "address": "10.0.0.1", "gpus": [0, 1]}],
+    "hosts": [{"name": "local", "address": "10.0.0.1", "gpus": [0, 1],
+               "docker": {"url": "ssh://ops@gpu-a:22"}}],
     "lmcache": {"pd": {"backends": ["UCX"]}},
     "router": {"kind": "proxy", "session_header": "x-session", "extra_args": ["x"]},
     "networking": {"ucx_tls": "cuda_ipc,tcp"},
@@ -131,6 +133,7 @@ SLOTS = {
         Slot("topology", "nixl-mp"), Slot("profile", "cpu"), Slot("model.dtype", "auto"),
         Slot("router.kind", "vllm-router"), Slot("lmcache.server.eviction_policy", "LRU"),
         Slot("placement.decode.hosts", "local"), Slot("model.source", "synthetic"),
+        Slot("hosts.0.docker.context", "node-a"),
     ],
     "gpu": [
         Slot("model.id", "/models/m"), Slot("model.host_path", "/srv/models/m"),
@@ -143,6 +146,7 @@ SLOTS = {
         Slot("hf.token.file", "secrets/token"), Slot("gpu.access", "cdi"),
         Slot("hosts.0.name", "local"), Slot("router.host", "local"),
         Slot("placement.prefill.hosts", "local"), Slot("lmcache.pd.buffer_device", "cuda"),
+        Slot("hosts.0.docker.url", "ssh://ops@gpu-a:22"),
     ],
 }  # fmt: skip
 BASES = {"cpu": CPU_BASE, "gpu": GPU_BASE}

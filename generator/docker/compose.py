@@ -1,0 +1,178 @@
+"""One compose project (one host of a stack): build, up, ps, logs, down, one-off containers,
+on that host's engine."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.docker.endpoint import LOCAL, DockerEndpoint, client, translated
+
+__all__ = ["ComposeStack", "OneOff", "ServiceState"]
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    service: str
+    container: str
+    status: str  # created | running | exited | ...
+    health: str | None  # starting | healthy | unhealthy | None (no healthcheck)
+    exit_code: int | None
+    ports: tuple[str, ...]
+
+    @property
+    def exited(self) -> bool:
+        return self.status in ("exited", "dead")
+
+
+class ComposeStack:
+    """One compose project (one host of a stack), driven through ``docker compose`` on that
+    host's engine."""
+
+    def __init__(
+        self, compose_file: Path, project: str, *, endpoint: DockerEndpoint = LOCAL
+    ) -> None:
+        self.compose_file = compose_file
+        self.project = project
+        self.endpoint = endpoint
+        self._client = client(endpoint, compose_file=compose_file, project=project)
+        self._ps_lock = threading.Lock()
+        self._ps_cache: tuple[float, list[ServiceState]] | None = None
+
+    def build(self, services: list[str], on_line: Callable[[str], None]) -> None:
+        """Build the images of ``services`` (their ``build:`` sections), streaming the log."""
+        with translated(f"building {', '.join(services)}", "read the build log in the run folder"):
+            stream = self._client.compose.build(services, stream_logs=True)
+            for _source, line in stream or ():
+                on_line(line.decode(errors="replace").rstrip("\n"))
+
+    def up(self, services: list[str], *, with_dependencies: bool = False) -> None:
+        """Create and start ``services`` detached; already-running ones are left alone."""
+        with translated(f"starting {', '.join(services)}"):
+            self._client.compose.up(
+                services, detach=True, no_build=True, dependencies=with_dependencies, quiet=True
+            )
+        with self._ps_lock:
+            self._ps_cache = None  # what was listed before is out of date now
+
+    def ps(self, *, max_age_s: float = 0.0) -> list[ServiceState]:
+        """The stack's containers. ``max_age_s`` > 0 lets concurrent waiters share one
+        answer: each `docker compose ps` costs CPU that the engines starting up need."""
+        with self._ps_lock:
+            cached = self._ps_cache
+            if cached is not None and time.monotonic() - cached[0] <= max_age_s:
+                return cached[1]
+            states = self._ps()
+            self._ps_cache = (time.monotonic(), states)
+            return states
+
+    def _ps(self) -> list[ServiceState]:
+        with translated("listing the stack's containers"):
+            containers = self._client.compose.ps(all=True)
+        states = []
+        for container in containers:
+            state = container.state
+            health = state.health.status if state.health is not None else None
+            ports = tuple(
+                f"{binding.get('HostIp', '')}:{binding.get('HostPort')}->{port}"
+                for port, bindings in (container.network_settings.ports or {}).items()
+                for binding in bindings or []
+            )
+            labels = container.config.labels or {}
+            service = labels.get("com.docker.compose.service", container.name)
+            states.append(
+                ServiceState(
+                    service, container.name, str(state.status), health, state.exit_code, ports
+                )
+            )
+        return sorted(states, key=lambda s: s.service)
+
+    def logs(self, service: str | None = None, *, tail: int | None = None) -> str:
+        with translated(f"reading logs of {service or self.project}"):
+            text = self._client.compose.logs(
+                [service] if service else [],
+                tail=str(tail) if tail else None,
+                no_log_prefix=service is not None,
+            )
+        return text if isinstance(text, str) else ""
+
+    def follow_logs(self, service: str | None, on_line: Callable[[str], None]) -> None:
+        with translated(f"following logs of {service or self.project}"):
+            for _source, line in self._client.compose.logs(
+                [service] if service else [], follow=True, stream=True
+            ):
+                on_line(line.decode(errors="replace").rstrip("\n"))
+
+    def down(self, *, volumes: bool = False) -> None:
+        with translated(f"removing {self.project}"):
+            self._client.compose.down(remove_orphans=True, volumes=volumes, timeout=30, quiet=True)
+
+    def start_oneoff(
+        self, service: str, command: list[str], *, name: str, env: dict[str, str]
+    ) -> OneOff:
+        """A detached one-off container of ``service``: its image, devices, namespaces,
+        volumes and environment exactly as rendered, another command."""
+        with translated(f"starting a one-off {service} container"):
+            self._client.compose.run(
+                service,
+                command,
+                detach=True,
+                name=name,
+                remove=False,
+                tty=False,
+                dependencies=False,
+                envs=env,
+            )
+        return OneOff(name, self.endpoint)
+
+    def run_oneoff(self, service: str, command: list[str], volumes: list[tuple[Path, str]]) -> str:
+        """``docker compose run --rm`` a one-off container (e.g. the benchmark); its output."""
+        with translated(f"running {service}"):
+            output = self._client.compose.run(
+                service,
+                command,
+                remove=True,
+                tty=False,
+                dependencies=False,
+                volumes=[(str(h), c) for h, c in volumes],
+            )
+        return output if isinstance(output, str) else ""
+
+
+@dataclass(frozen=True)
+class OneOff:
+    """A one-off container started by ``ComposeStack.start_oneoff``."""
+
+    name: str
+    endpoint: DockerEndpoint = LOCAL
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Its exit code, or None if it still runs after ``timeout_s``."""
+        engine = client(self.endpoint)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with translated(f"inspecting {self.name}"):
+                state = engine.container.inspect(self.name).state
+            if not state.running:
+                return state.exit_code
+            time.sleep(0.5)
+        return None
+
+    def output(self) -> tuple[str, str]:
+        """(stdout, stderr) of the container so far."""
+        done = subprocess.run(
+            ["docker", *self.endpoint.cli_args(), "logs", self.name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return done.stdout, done.stderr
+
+    def remove(self) -> None:
+        with translated(f"removing {self.name}"):
+            client(self.endpoint).container.remove(self.name, force=True)
