@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.render.bench import BenchSettings, bench_command
 from generator.render.commands import engine_command
 from generator.routers import router_of
 from generator.services.model import ConfigFile
@@ -109,7 +110,7 @@ def bench_service(plan: Plan, image: Service, env_files: list[str]) -> Service:
         "pull_policy": image["pull_policy"],
         "profiles": ["bench"],
     }
-    service["command"] = ["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--help"]
+    service["command"] = bench_command(plan, BenchSettings())
     env = {"HF_HOME": HF_HOME}
     if plan.hf.offline:
         env["HF_HUB_OFFLINE"] = "1"
