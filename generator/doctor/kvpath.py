@@ -153,7 +153,7 @@ def _compose_with(view: HostView, services: dict[str, dict[str, Any]]) -> Iterat
     """The rendered compose project, or a temporary copy beside it whose pair services are
     replaced (relative paths in it keep working): removed afterwards."""
     from generator.docker import ComposeStack
-    from generator.render.compose import compose_text
+    from generator.serializers.compose import compose_text
 
     rendered_file = view.workspace.root / view.project.compose_file
     document = view.project.document

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from generator.errors import StackError
-from generator.render.bench import BENCH_RESULTS_DIR, bench_command
+from generator.services.bench import BENCH_RESULTS_DIR, bench_command
 from generator.workflow.context import RunContext
 
 __all__ = ["run_bench"]

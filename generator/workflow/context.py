@@ -13,7 +13,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes import SmokeResult
 from generator.render import RenderedStack
-from generator.render.bench import BenchSettings
+from generator.services.bench import BenchSettings
 from generator.workflow.hosts import HostStack
 from generator.workflow.records import RunRecord
 from generator.workflow.report import EventLevel, Reporter
