@@ -8,6 +8,7 @@ the compose file's folder, so each is written relative to that folder (``root``)
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "compose_projects",
     "compose_service",
     "compose_text",
+    "compose_text_with",
     "dump_yaml",
 ]
 
@@ -278,6 +280,14 @@ def _header(deployment: Deployment, *, with_notes: bool = False) -> str:
         f"# Rendered by xpyd-stacks from stacks/{deployment.stack}.yaml: do not edit, "
         f"re-render with\n#   python -m generator render {deployment.stack}\n{notes}"
     )
+
+
+def compose_text_with(project: ComposeProject, replaced: Iterable[Service]) -> str:
+    """The project's compose file with some of its services replaced (a one-off variant)."""
+    root = _root_of(project.directory)
+    changed = {service.name: compose_service(service, root) for service in replaced}
+    document = project.document | {"services": project.document["services"] | changed}
+    return compose_text(document, header="")
 
 
 def compose_text(document: dict[str, Any], *, header: str) -> str:

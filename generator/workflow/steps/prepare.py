@@ -100,10 +100,9 @@ def _images_of(context: RunContext, roles: set[str]) -> dict[str, tuple[HostStac
     """Each image tag of these roles, with one (host, service) whose build section makes it."""
     found: dict[str, tuple[HostStack, str]] = {}
     for stack in context.hosts.values():
-        for name, service in stack.project.document["services"].items():
-            role = service.get("labels", {}).get("org.xpyd.role")
-            if role in roles and service["image"] not in found:
-                found[service["image"]] = (stack, name)
+        for service in stack.project.host_services.services:
+            if service.role in roles and service.image.tag not in found:
+                found[service.image.tag] = (stack, service.name)
     return found
 
 
@@ -150,7 +149,7 @@ def ship_images_to(host: str) -> Callable[[RunContext], str]:
         from generator.docker import LOCAL, transfer_images
 
         stack = context.hosts[host]
-        tags = sorted({s["image"] for s in stack.project.document["services"].values()})
+        tags = sorted({s.image.tag for s in stack.project.host_services.services})
         report = transfer_images(tags, LOCAL, stack.endpoint, _every(context, host))
         if not report.sent:
             raise SkipTask(f"already on {stack.endpoint.label}")
