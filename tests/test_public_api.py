@@ -32,6 +32,27 @@ PUBLIC = {
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
     "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.services.model": {
+        "ConfigFile",
+        "Deployment",
+        "HostServices",
+        "Service",
+        "ImageRef",
+        "Health",
+        "GpuRequest",
+        "PublishedPort",
+        "NetworkMode",
+        "Mount",
+    },
+    "generator.services.build": {"build_deployment", "image_ref", "project_name"},
+    "generator.serializers.compose": {
+        "ComposeProject",
+        "compose_document",
+        "compose_projects",
+        "compose_service",
+        "compose_text",
+        "compose_text_with",
+    },
     "generator.docker": {
         "LOCAL",
         "ComposeStack",
@@ -79,7 +100,8 @@ def test_spec_plan_render_never_import_docker_or_workflow() -> None:
 
     probe = (
         "import sys, generator.spec, generator.plan, generator.plan.build, generator.topologies, "
-        "generator.routers, generator.render, generator.render.writer; "
+        "generator.routers, generator.services.build, generator.serializers.compose, "
+        "generator.render, generator.render.writer; "
         "print(sorted(m for m in sys.modules if m.startswith(('python_on_whales', "
         "'generator.workflow', 'generator.docker', 'generator.console', 'httpx'))))"
     )
