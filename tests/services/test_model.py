@@ -1,10 +1,8 @@
 """The neutral service model: built from the plan, serialized to compose, it gives exactly the
-committed files; and it says what the workflow and doctor read from it."""
+committed files; and it says what the workflow and doctor read from it. (Its import direction
+is pinned in tests/test_public_api.py.)"""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 
@@ -67,18 +65,3 @@ def test_gpu_requests_carry_the_access_mode_and_the_runtime_env(workspace: Works
     ids = ",".join(map(str, engine.gpus.device_ids))
     assert engine.gpu_env["NVIDIA_VISIBLE_DEVICES"] == ids
     assert engine.environment["NVIDIA_VISIBLE_DEVICES"] == ids
-
-
-def test_services_and_serializers_import_nothing_of_docker_workflow_cli_or_console() -> None:
-    """The model and its serializers are pure data. Checked in a fresh interpreter that imports
-    them first (which also proves services/ and render/ import without a cycle)."""
-    probe = (
-        "import sys, generator.services.build, generator.services.model, "
-        "generator.services.parts, generator.serializers.compose; "
-        "print(sorted(m for m in sys.modules if m.startswith(('python_on_whales', "
-        "'generator.workflow', 'generator.docker', 'generator.cli', 'generator.console'))))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "[]"
