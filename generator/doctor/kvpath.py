@@ -1,7 +1,8 @@
 """The KV path check: a real NIXL transfer between each same-host prefill/decode pair, with
 exactly the devices and namespaces the stack's containers get, judged by transport and GiB/s.
 
-Container mode runs images/assets/nixl_kv_probe.py in two one-off containers of the rendered
+Container mode runs the KV probe (generator/kvprobe/nixl_kv_probe.py, copied into the engine
+images as /opt/xpyd/nixl_kv_probe.py) in two one-off containers of the rendered
 services (`docker compose run`: same image, devices, namespaces, environment). Process mode,
 for hosts without Docker, runs it in two processes that see what those containers would see
 (``generator.doctor.isolation``). The prefill side serves a buffer; the decode side pulls
