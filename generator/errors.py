@@ -11,7 +11,8 @@
     └── StackError            a running stack misbehaved (unhealthy service, failed smoke verdict)
 
 Third-party exceptions are translated into these in exactly one place each (pydantic in
-``spec.py``, python-on-whales in ``docker.py``), always ``raise ... from exc``.
+``generator/spec/load.py``, python-on-whales in ``generator/docker/endpoint.py``), always
+``raise ... from exc``.
 """
 
 from __future__ import annotations

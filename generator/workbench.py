@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from generator.errors import XpydError
@@ -11,11 +13,12 @@ from generator.paths import Workspace, find_workspace
 from generator.plan import Plan, make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
-from generator.spec import load_spec
+from generator.spec import DockerAccess, load_spec
 
 _STACK_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
 
 __all__ = [
+    "RenderedHost",
     "check_drift",
     "load_plan",
     "render_in_memory",
@@ -61,8 +64,19 @@ def check_drift(plan: Plan, out: Path | None = None) -> list[str]:
     return diff_rendered(render_stack(plan, workspace), out or workspace.root)
 
 
-def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[tuple[str, Path]]:
-    """(project name, compose file) of a rendered stack: what `down`, `status` and `logs`
+@dataclass(frozen=True)
+class RenderedHost:
+    """One host's compose project of a rendered stack, and how to reach its Docker engine."""
+
+    host: str
+    project: str
+    compose_file: Path
+    docker: DockerAccess | None  # None: this machine's engine
+    services: tuple[str, ...]
+
+
+def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[RenderedHost]:
+    """The compose projects of a rendered stack, per host: what `down`, `status` and `logs`
     act on, so they also work for stacks rendered with --set overrides."""
     workspace = workspace or find_workspace()
     name = _rendered_name(stack, workspace)
@@ -79,7 +93,27 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[tu
             f"no rendered stack named {name} under {workspace.compose_dir}",
             hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
         )
-    return [(_project_name(path), path) for path in files]
+    access = _docker_access(folder / "plan.json")
+    hosts = []
+    for path in files:
+        project, host, services = _project_of(path)
+        hosts.append(RenderedHost(host, project, path, access.get(host), services))
+    return hosts
+
+
+def _docker_access(plan_file: Path) -> dict[str, DockerAccess]:
+    """Each host's Docker engine as the rendered plan.json says (absent: the local one)."""
+    try:
+        hosts = json.loads(plan_file.read_text(encoding="utf-8"))["hosts"]
+        return {
+            str(host["name"]): DockerAccess.model_validate(host["docker"])
+            for host in hosts
+            if host.get("docker")
+        }
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise XpydError(
+            f"{plan_file} is not a plan render wrote ({exc})", hint="render the stack again"
+        ) from exc
 
 
 def _rendered_name(stack: str, workspace: Workspace) -> str:
@@ -96,12 +130,14 @@ def _rendered_name(stack: str, workspace: Workspace) -> str:
     )
 
 
-def _project_name(compose_file: Path) -> str:
+def _project_of(compose_file: Path) -> tuple[str, str, tuple[str, ...]]:
+    """(project name, host, services) of a compose file render wrote."""
     import yaml
 
     try:
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
-        return str(document["name"])
+        services = tuple(str(name) for name in document["services"])
+        return str(document["name"]), str(document["x-xpyd"]["host"]), services
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise XpydError(
             f"{compose_file} is not a compose file render wrote (no readable name: {exc})",

@@ -32,6 +32,27 @@ PUBLIC = {
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
     "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.services.model": {
+        "ConfigFile",
+        "Deployment",
+        "HostServices",
+        "Service",
+        "ImageRef",
+        "Health",
+        "GpuRequest",
+        "PublishedPort",
+        "NetworkMode",
+        "Mount",
+    },
+    "generator.services.build": {"build_deployment", "image_ref", "project_name"},
+    "generator.serializers.compose": {
+        "ComposeProject",
+        "compose_document",
+        "compose_projects",
+        "compose_service",
+        "compose_text",
+        "compose_text_with",
+    },
     "generator.docker": {
         "LOCAL",
         "ComposeStack",
@@ -71,17 +92,29 @@ def test_public_names(module: str) -> None:
         assert hasattr(importlib.import_module(module), name)
 
 
-def test_spec_plan_render_never_import_docker_or_workflow() -> None:
-    """Data flows one way: spec -> plan -> render never reach for Docker or the workflow.
-    Checked in a fresh interpreter (other tests import those modules)."""
+PURE = (
+    "generator.spec, generator.plan, generator.plan.build, generator.topologies, "
+    "generator.routers, generator.services.build, generator.services.model, "
+    "generator.serializers.compose, generator.render, generator.render.writer"
+)
+
+
+@pytest.mark.parametrize("first", ["generator.spec", "generator.services.build"])
+def test_spec_plan_services_serializers_render_never_import_docker_workflow_or_cli(
+    first: str,
+) -> None:
+    """Data flows one way: spec -> plan -> services -> serializers/render never reach for
+    Docker, the workflow, the CLI or the console. Checked in a fresh interpreter (other tests
+    import those modules); importing the service model first also proves it has no cycle with
+    render."""
     import subprocess
     import sys
 
     probe = (
-        "import sys, generator.spec, generator.plan, generator.plan.build, generator.topologies, "
-        "generator.routers, generator.render, generator.render.writer; "
+        f"import sys, {first}, {PURE}; "
         "print(sorted(m for m in sys.modules if m.startswith(('python_on_whales', "
-        "'generator.workflow', 'generator.docker', 'generator.console', 'httpx'))))"
+        "'generator.workflow', 'generator.docker', 'generator.cli', 'generator.console', "
+        "'httpx'))))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True

@@ -12,6 +12,14 @@ __all__ = ["register"]
 StackArg = Annotated[
     str, typer.Argument(help="Stack name (stacks/<name>.yaml) or spec path.", show_default=False)
 ]
+HostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--host",
+        help="Only this host of a multi-host stack (its name in the spec's hosts).",
+        show_default=False,
+    ),
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -128,6 +136,7 @@ def up(
     The run's record (task states, times, errors, plan, verdict) and every service's log go
     to runs/<run-id>/. A second `up` of a running stack is a no-op apart from the smoke.
     """
+    from generator.cli.run_reporter import ConsoleReporter
     from generator.console import success
     from generator.docker import require_docker
     from generator.paths import find_workspace
@@ -153,7 +162,7 @@ def up(
             max_concurrency=bench_max_concurrency,
         ),
     )
-    context = make_context(plan, find_workspace(), options, run_id)
+    context = make_context(plan, find_workspace(), options, run_id, ConsoleReporter())
     up_stack(context, start_from=start_from)
     success(f"{plan.stack}: up, verdict PASS (record: {context.run_dir / 'run.json'})")
 
@@ -163,30 +172,28 @@ def down(
     volumes: Annotated[
         bool, typer.Option("--volumes", help="Also remove volumes (the shared model cache!).")
     ] = False,
+    host: HostOpt = None,
 ) -> None:
-    """Remove a stack's containers and networks (volumes only with --volumes)."""
+    """Remove a stack's containers and networks on every host (volumes only with --volumes).
+    Each host's engine is reached as the spec's hosts[].docker says."""
     from generator.console import success
-    from generator.docker import ComposeStack, require_docker
-    from generator.workbench import rendered_projects
+    from generator.workflow.hosts import rendered_stacks
 
-    require_docker()
-    for project, compose_file in rendered_projects(stack):
-        ComposeStack(compose_file, project).down(volumes=volumes)
-        success(f"removed {project}")
+    for name, compose in rendered_stacks(stack, host=host):
+        compose.down(volumes=volumes)
+        success(f"removed {compose.project} on {name}")
 
 
-def status(stack: StackArg) -> None:
-    """The live stack (services, state, health, ports) and its last run."""
+def status(stack: StackArg, host: HostOpt = None) -> None:
+    """The live stack on every host (services, state, health, ports) and its last run."""
     from generator.cli.tables import print_status
-    from generator.docker import ComposeStack, require_docker
     from generator.paths import find_workspace
-    from generator.workbench import rendered_projects
+    from generator.workflow.hosts import rendered_stacks
     from generator.workflow.records import latest_run
 
-    require_docker()
     last_run = latest_run(find_workspace().runs_dir, stack)
-    for project, compose_file in rendered_projects(stack):
-        print_status(project, ComposeStack(compose_file, project).ps(), last_run)
+    for name, compose in rendered_stacks(stack, host=host):
+        print_status(f"{compose.project} (host {name})", compose.ps(), last_run)
 
 
 def logs(
@@ -198,14 +205,19 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
     ] = False,
+    host: HostOpt = None,
 ) -> None:
-    """Print a stack's logs (one service, or all of them)."""
-    from generator.docker import ComposeStack, require_docker
-    from generator.workbench import rendered_projects
+    """Print a stack's logs (one service, or all of them, host by host)."""
+    from generator.errors import XpydError
+    from generator.workflow.hosts import rendered_stacks
 
-    require_docker()
-    for project, compose_file in rendered_projects(stack):
-        compose = ComposeStack(compose_file, project)
+    stacks = rendered_stacks(stack, service=service, host=host)
+    if follow and len(stacks) > 1:
+        raise XpydError(
+            "--follow follows one host's logs",
+            hint=f"name a service or --host ({', '.join(name for name, _ in stacks)})",
+        )
+    for _name, compose in stacks:
         if follow:
             compose.follow_logs(service, typer.echo)
         else:

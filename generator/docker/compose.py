@@ -111,6 +111,12 @@ class ComposeStack:
         with translated(f"removing {self.project}"):
             self._client.compose.down(remove_orphans=True, volumes=volumes, timeout=30, quiet=True)
 
+    def execute(self, service: str, command: list[str]) -> str:
+        """``command``'s output, run inside the running container of ``service``."""
+        with translated(f"running a command in {service}"):
+            output = self._client.compose.execute(service, command, tty=False)
+        return output if isinstance(output, str) else ""
+
     def start_oneoff(
         self, service: str, command: list[str], *, name: str, env: dict[str, str]
     ) -> OneOff:

@@ -20,6 +20,7 @@ __all__ = ["address_checks", "disk_checks", "port_checks", "shm_checks", "token_
 _GIB = 1 << 30
 _SHM_PER_ENGINE_GIB = 1  # vLLM's shared-memory broadcast, NCCL, LMCache's shared buffers
 _RAM_PER_CPU_ENGINE_GIB = 2  # measured ~1.6 GiB RSS per tiny-model engine
+_SHM_MIB = 1024  # what render gives each cpu engine (shm_size 1g)
 _IMAGE_GIB = {"gpu": 30, "cpu": 10}  # vllm/vllm-openai + our layers; the cpu engine image
 _PARAMS = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]\b")
 
@@ -47,15 +48,16 @@ def _host_shm_row(view: HostView) -> CheckRow:
 def _container_shm_row(view: HostView) -> CheckRow:
     """CPU engines get their own /dev/shm (shm_size), taken from the host's memory."""
     names = {engine.name for engine in view.engines}
-    services = view.project.document["services"]
-    sizes = [services[name].get("shm_size") for name in services if name in names]
+    services = view.project.host_services.services
+    sizes = [service.shm_size_mib for service in services if service.name in names]
     available = psutil.virtual_memory().available
     needed = len(view.engines) * _RAM_PER_CPU_ENGINE_GIB
-    ok = all(size == "1g" for size in sizes) and available >= needed * _GIB
+    ok = all(size == _SHM_MIB for size in sizes) and available >= needed * _GIB
+    shown = ", ".join("default" if size is None else f"{size} MiB" for size in sizes)
     return CheckRow(
         "/dev/shm and memory (cpu engines)",
         f"shm_size 1g per engine (Docker's 64 MiB breaks vLLM); >= {needed} GiB RAM free",
-        f"shm_size {', '.join(str(s) for s in sizes)}; {available / _GIB:.1f} GiB free",
+        f"shm_size {shown}; {available / _GIB:.1f} GiB free",
         Verdict.PASS if ok else Verdict.FAIL,
         "" if ok else "free memory, or lower prefill/decode count",
     )

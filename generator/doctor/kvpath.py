@@ -1,7 +1,8 @@
 """The KV path check: a real NIXL transfer between each same-host prefill/decode pair, with
 exactly the devices and namespaces the stack's containers get, judged by transport and GiB/s.
 
-Container mode runs images/assets/nixl_kv_probe.py in two one-off containers of the rendered
+Container mode runs the KV probe (generator/kvprobe/nixl_kv_probe.py, copied into the engine
+images as /opt/xpyd/nixl_kv_probe.py) in two one-off containers of the rendered
 services (`docker compose run`: same image, devices, namespaces, environment). Process mode,
 for hosts without Docker, runs it in two processes that see what those containers would see
 (``generator.doctor.isolation``). The prefill side serves a buffer; the decode side pulls
@@ -10,7 +11,6 @@ from it (as vLLM's decoder does) and pushes to it, and reports.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -19,7 +19,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from generator.doctor.gpus import describe_link, link_between
 from generator.doctor.report import CheckRow, Verdict
 from generator.plan import EnginePlan
 from generator.render import RenderedStack
+from generator.services.model import Service
 
 if TYPE_CHECKING:
     from generator.docker import ComposeStack
@@ -113,7 +114,7 @@ def container_pair(
     view: HostView,
     prefill: EnginePlan,
     decode: EnginePlan,
-    services: dict[str, dict[str, Any]],
+    services: dict[str, Service],
     size_mib: int | None,
 ) -> KvProbe:
     """Two one-off containers of the prefill and decode services (as rendered, or the variant
@@ -149,21 +150,19 @@ def container_pair(
 
 
 @contextmanager
-def _compose_with(view: HostView, services: dict[str, dict[str, Any]]) -> Iterator[ComposeStack]:
+def _compose_with(view: HostView, services: dict[str, Service]) -> Iterator[ComposeStack]:
     """The rendered compose project, or a temporary copy beside it whose pair services are
     replaced (relative paths in it keep working): removed afterwards."""
     from generator.docker import ComposeStack
-    from generator.render.compose import compose_text
+    from generator.serializers.compose import compose_text_with
 
     rendered_file = view.workspace.root / view.project.compose_file
-    document = view.project.document
-    if all(document["services"][name] == service for name, service in services.items()):
+    rendered = view.project.host_services
+    if all(rendered.service(name) == service for name, service in services.items()):
         yield ComposeStack(rendered_file, view.project.name)
         return
-    variant = copy.deepcopy(document)
-    variant["services"].update(services)
     path = rendered_file.with_name(f".doctor-kvpath-{uuid.uuid4().hex[:8]}.yaml")
-    path.write_text(compose_text(variant, header=""), encoding="utf-8")
+    path.write_text(compose_text_with(view.project, services.values()), encoding="utf-8")
     try:
         yield ComposeStack(path, view.project.name)
     finally:
@@ -182,7 +181,8 @@ def _prepare_containers(
     write_rendered(rendered, view.workspace.root)
     stack = ComposeStack(view.workspace.root / view.project.compose_file, view.project.name)
     names = sorted({engine.name for pair in pairs for engine in pair})
-    missing = [n for n in names if not image_exists(view.project.document["services"][n]["image"])]
+    services = view.project.host_services
+    missing = [n for n in names if not image_exists(services.service(n).image.tag)]
     if missing:
         with status(f"building the engine images of {', '.join(missing)} (first run: minutes)"):
             stack.build(missing, lambda _line: None)
@@ -268,29 +268,24 @@ def measure_pairs(
     return probes
 
 
-def _service_for(view: HostView, engine: EnginePlan, layout: KvLayout) -> dict[str, Any]:
-    service: dict[str, Any] = copy.deepcopy(view.project.document["services"][engine.name])
+def _service_for(view: HostView, engine: EnginePlan, layout: KvLayout) -> Service:
+    service = view.project.host_services.service(engine.name)
     if layout is KvLayout.OWN_GPUS and engine.gpus:
         service = own_gpus_variant(service, engine)
     return service
 
 
-def own_gpus_variant(service: dict[str, Any], engine: EnginePlan) -> dict[str, Any]:
+def own_gpus_variant(service: Service, engine: EnginePlan) -> Service:
     """The service as if its container saw only its own GPUs (one GPU per container: what a
     naive compose file gives, and what silently falls back to TCP)."""
-    own = [str(gpu) for gpu in engine.gpus]
-    reservations = service.get("deploy", {}).get("resources", {}).get("reservations", {})
-    for device in reservations.get("devices", []):
-        device["device_ids"] = own
-    if "devices" in service:
-        others = [d for d in service["devices"] if not str(d).startswith("nvidia.com/gpu=")]
-        cdi = [f"nvidia.com/gpu={gpu}" for gpu in own]
-        service["devices"] = others + (cdi if len(others) < len(service["devices"]) else [])
-    environment = service.setdefault("environment", {})
-    if "NVIDIA_VISIBLE_DEVICES" in environment:
-        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(own)
-    environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(own)))
-    return service
+    from generator.services.parts import gpu_env
+
+    if service.gpus is None:
+        return service
+    gpus = replace(service.gpus, device_ids=engine.gpus)
+    own = ",".join(str(i) for i in range(len(engine.gpus)))
+    env = service.env | {"CUDA_VISIBLE_DEVICES": own}
+    return replace(service, gpus=gpus, gpu_env=gpu_env(gpus), env=env)
 
 
 def process_pair(
@@ -298,7 +293,7 @@ def process_pair(
     prefill: EnginePlan,
     decode: EnginePlan,
     *,
-    services: dict[str, dict[str, Any]],
+    services: dict[str, Service],
     python: str,
     size_mib: int | None,
 ) -> KvProbe:
@@ -330,29 +325,19 @@ def process_pair(
     return KvProbe(prefill.name, decode.name, result | {"mode": "process"})
 
 
-def container_view(service: dict[str, Any]) -> ContainerView:
-    """What a rendered service's container would see: its GPUs (device requests, CDI names or
-    NVIDIA_VISIBLE_DEVICES), its PID namespace, RDMA devices, and its CUDA/UCX environment."""
+def container_view(service: Service) -> ContainerView:
+    """What a service's container would see: its GPUs (however the runtime hands them over),
+    its PID namespace, RDMA devices, and its CUDA/UCX environment."""
     from generator.doctor.isolation import ContainerView, PidNamespace
 
-    environment = {str(k): str(v) for k, v in (service.get("environment") or {}).items()}
-    devices = [str(device) for device in service.get("devices", [])]
-    gpus = [int(g) for g in _reserved_ids(service)]
-    gpus += [int(d.split("=", 1)[1]) for d in devices if d.startswith("nvidia.com/gpu=")]
-    if "NVIDIA_VISIBLE_DEVICES" in environment:
-        gpus += [int(g) for g in environment["NVIDIA_VISIBLE_DEVICES"].split(",") if g]
+    gpus = service.gpus.device_ids if service.gpus is not None else ()
     wanted = ("CUDA_", "UCX_", "NCCL_")
     return ContainerView(
         gpus=tuple(sorted(set(gpus))),
-        pid=PidNamespace.HOST if service.get("pid") == "host" else PidNamespace.PRIVATE,
-        environment={k: v for k, v in environment.items() if k.startswith(wanted)},
-        infiniband=any(d.startswith("/dev/infiniband") for d in devices),
+        pid=PidNamespace.HOST if service.host_pid else PidNamespace.PRIVATE,
+        environment={k: v for k, v in service.environment.items() if k.startswith(wanted)},
+        infiniband=any(node.path.startswith("/dev/infiniband") for node in service.devices),
     )
-
-
-def _reserved_ids(service: dict[str, Any]) -> list[str]:
-    reservations = service.get("deploy", {}).get("resources", {}).get("reservations", {})
-    return [str(i) for device in reservations.get("devices", []) for i in device["device_ids"]]
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

@@ -30,15 +30,16 @@ def published_ports(plan: Plan, project: ComposeProject) -> list[HostPort]:
     uses = {use.port: use for use in plan.ports if use.host == project.host}
     if plan.network == "host":
         return [HostPort("0.0.0.0", use.port, use.owner, use.purpose) for use in uses.values()]
-    found = []
-    for service, definition in project.document["services"].items():
-        for mapping in definition.get("ports", []):
-            parts = str(mapping).split(":")
-            address = parts[0] if len(parts) == 3 else "0.0.0.0"
-            port = int(parts[-2])
-            purpose = uses[port].purpose if port in uses else "published port"
-            found.append(HostPort(address, port, service, purpose))
-    return found
+    return [
+        HostPort(
+            published.address,
+            published.port,
+            service.name,
+            uses[published.port].purpose if published.port in uses else "published port",
+        )
+        for service in project.host_services.services
+        for published in service.ports
+    ]
 
 
 def busy_ports(ports: list[HostPort], running_services: set[str]) -> list[HostPort]:

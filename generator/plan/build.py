@@ -21,7 +21,10 @@ __all__ = ["build_plan"]
 
 
 def build_plan(spec: Spec) -> Plan:
-    network: Network = "host" if spec.profile is Profile.GPU else "bridge"
+    # Host networking on GPUs (NIXL and RDMA advertise host addresses) and across hosts (KV and
+    # side channels must reach the other host's address); a bridge for single-host cpu stacks.
+    multi_host = len(spec.hosts) > 1
+    network: Network = "host" if spec.profile is Profile.GPU or multi_host else "bridge"
     topology = topology_unit(spec.topology)
     book = PortBook()
     slots = place_engines(spec)

@@ -170,3 +170,9 @@ class Plan(Frozen):
 
     def host(self, name: str) -> HostPlan:
         return next(host for host in self.hosts if host.name == name)
+
+    def reach_address(self, host: str) -> str:
+        """Where a client outside the containers (the workflow's probes) reaches the ports
+        that ``host``'s services listen on: the host's address with host networking; on a
+        bridge, loopback (ports are published on 127.0.0.1 of the machine that runs them)."""
+        return self.host(host).address if self.network == "host" else "127.0.0.1"

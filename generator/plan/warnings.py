@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from generator.plan.agent_ports import agent_on
 from generator.plan.models import Plan
-from generator.spec import Spec
+from generator.spec import Profile, Spec
 
 __all__ = ["collect_warnings"]
 
@@ -14,7 +14,7 @@ _RDMA_TRANSPORTS = ("rc", "ud", "dc", "ib", "all")
 
 
 def collect_warnings(plan: Plan, spec: Spec) -> Iterator[str]:
-    if plan.is_multi_host and not plan.rdma:
+    if plan.is_multi_host and not plan.rdma and plan.profile is Profile.GPU:
         yield (
             "networking.rdma is off on a multi-host stack: KV crosses hosts over TCP, "
             "far slower than RDMA. Set networking.rdma: true if the hosts have InfiniBand/RoCE."

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["MetricSamples", "get_json", "scrape_metrics"]
+__all__ = ["MetricSamples", "get_json", "read_here", "scrape_metrics"]
 
 MetricSamples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -17,6 +17,14 @@ def get_json(client: httpx.Client, url: str) -> Any:
     response = client.get(url)
     response.raise_for_status()
     return response.json()
+
+
+def read_here(_service: str, url: str) -> str:
+    """A ``read_inside`` for services whose loopback is this machine's (processes started
+    here; bridge containers reached on their 127.0.0.1-published ports)."""
+    response = httpx.get(url, timeout=10.0)
+    response.raise_for_status()
+    return response.text
 
 
 def scrape_metrics(client: httpx.Client, url: str) -> MetricSamples:

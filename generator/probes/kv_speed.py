@@ -69,11 +69,13 @@ def kv_side(plan: Plan) -> KvSpeedSource:
     return topology_of(plan).verdict_sources(plan).kv_speed
 
 
-def read_counters(client: httpx.Client, plan: Plan, host: str) -> KvCounters:
+def read_counters(client: httpx.Client, plan: Plan) -> KvCounters:
     source = kv_side(plan)
+    hosts = {engine.name: engine.host for engine in plan.engines}
     total = KvCounters(0.0, 0.0, 0.0)
-    for port in source.ports:
-        samples = scrape_metrics(client, f"http://{host}:{port}/metrics")
+    for engine, port in zip(source.engines, source.ports, strict=True):
+        address = plan.reach_address(hosts[engine])
+        samples = scrape_metrics(client, f"http://{address}:{port}/metrics")
         total = KvCounters(
             total.bytes + metric_sum(samples, source.bytes_metric),
             total.seconds + metric_sum(samples, source.seconds_metric) * source.seconds_per_unit,
@@ -83,13 +85,13 @@ def read_counters(client: httpx.Client, plan: Plan, host: str) -> KvCounters:
 
 
 def wait_for_transfers(
-    client: httpx.Client, plan: Plan, host: str, before: KvCounters, *, timeout_s: float = 15.0
+    client: httpx.Client, plan: Plan, before: KvCounters, *, timeout_s: float = 15.0
 ) -> KvCounters:
     """The counters once this request's transfers are counted: vLLM publishes them with its
     next stats update, a moment after the response."""
     deadline = time.monotonic() + timeout_s
     while True:
-        now = read_counters(client, plan, host)
+        now = read_counters(client, plan)
         if now.transfers > before.transfers and now.seconds > before.seconds:
             return now
         if time.monotonic() > deadline:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import httpx
 
 from generator.errors import StackError
-from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.plan import EnginePlan, Plan
 from generator.probes.waits import Check
 
-__all__ = ["engine_checks", "routed_request", "router_checks", "sidecar_checks"]
+__all__ = ["engine_checks", "routed_request", "router_checks", "router_url"]
 
 
 def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
@@ -25,27 +25,27 @@ def served_model(plan: Plan) -> str:
     return plan.model.served_name
 
 
-def engine_checks(plan: Plan, engine: EnginePlan, host: str = "127.0.0.1") -> list[Check]:
+def engine_checks(plan: Plan, engine: EnginePlan) -> list[Check]:
     """vLLM: /health answers (it refuses connections until startup completed), then
     /v1/models lists the served model. Never a completion: an lmcache-pd prefiller's engine
     crashes on a request without disagg_spec."""
-    base = f"http://{host}:{engine.http_port}"
+    base = f"http://{plan.reach_address(engine.host)}:{engine.http_port}"
     return [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(served_model(plan)))]
 
 
-def sidecar_checks(sidecar: SidecarPlan, host: str = "127.0.0.1") -> list[Check]:
-    return [Check(f"http://{host}:{sidecar.health_port}{sidecar.health_path}")]
+def router_url(plan: Plan) -> str:
+    return f"http://{plan.reach_address(plan.router.host)}:{plan.router.port}"
 
 
-def router_checks(plan: Plan, host: str = "127.0.0.1") -> list[Check]:
-    return [Check(f"http://{host}:{plan.router.port}/health")]
+def router_checks(plan: Plan) -> list[Check]:
+    return [Check(f"{router_url(plan)}/health")]
 
 
-def routed_request(plan: Plan, host: str = "127.0.0.1", timeout_s: float = 120.0) -> None:
+def routed_request(plan: Plan, timeout_s: float = 120.0) -> None:
     """One request through the router: /health alone says nothing about the backends
     (vllm-router kept calling a dead decoder healthy for over a minute)."""
     body = {"model": served_model(plan), "prompt": "ping", "max_tokens": 1, "temperature": 0}
-    url = f"http://{host}:{plan.router.port}/v1/completions"
+    url = f"{router_url(plan)}/v1/completions"
     response = httpx.post(url, json=body, timeout=timeout_s)
     if response.status_code != 200:
         raise StackError(

@@ -20,12 +20,15 @@ from generator.probes.kv_speed import (
     transport_in_logs,
     wait_for_transfers,
 )
+from generator.probes.readiness import router_url
 from generator.probes.verdict import SmokeResult, VerdictRow
 from generator.routers import router_of
 from generator.spec import Profile
 from generator.topologies import VerdictSources, topology_of
 
-__all__ = ["SmokeResult", "VerdictRow", "run_smoke"]
+__all__ = ["ReadInside", "SmokeResult", "VerdictRow", "run_smoke"]
+
+ReadInside = Callable[[str, str], str]
 
 _SOURCE = "vllm:prompt_tokens_by_source_total"
 _MAX_TOKENS = 16
@@ -41,27 +44,29 @@ def run_smoke(
     plan: Plan,
     *,
     nonce: str,
-    host: str = "127.0.0.1",
     timeout_s: float = 180.0,
+    read_inside: ReadInside,
     logs: Callable[[list[str]], str] | None = None,
 ) -> SmokeResult:
-    """``logs(services)`` returns those services' logs (where UCX names its transport)."""
-    router = f"http://{host}:{plan.router.port}"
+    """``read_inside(service, url)`` is the body of a GET of ``url`` made inside that
+    service's container; ``logs(services)`` those services' logs (where UCX names its
+    transport)."""
+    router = router_url(plan)
     model = plan.model.served_name
     sources = topology_of(plan).verdict_sources(plan)
     headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
     with httpx.Client(timeout=timeout_s) as client:
-        before = _decode_metrics(client, plan, host)
-        objects_before = _lmcache_objects(client, sources, host)
-        prompt = _long_prompt(client, plan, host, model, nonce)
-        chat_prompt = _long_prompt(client, plan, host, model, nonce + "-chat")
-        kv_start = read_counters(client, plan, host)
+        before = _decode_metrics(client, plan)
+        objects_before = _lmcache_objects(sources, read_inside)
+        prompt = _long_prompt(client, plan, model, nonce)
+        chat_prompt = _long_prompt(client, plan, model, nonce + "-chat")
+        kv_start = read_counters(client, plan)
         completion = _complete(client, router, model, prompt, headers)
-        kv_mid = wait_for_transfers(client, plan, host, kv_start)
+        kv_mid = wait_for_transfers(client, plan, kv_start)
         chat_text, chunks = _chat_stream(client, router, model, chat_prompt, headers)
-        kv_end = wait_for_transfers(client, plan, host, kv_mid)
-        after = _decode_metrics(client, plan, host)
-        objects_after = _lmcache_objects(client, sources, host)
+        kv_end = wait_for_transfers(client, plan, kv_mid)
+        after = _decode_metrics(client, plan)
+        objects_after = _lmcache_objects(sources, read_inside)
     per_request = [("completion", kv_mid - kv_start), ("chat", kv_end - kv_mid)]
     transport = transport_in_logs(plan, logs, per_request) if logs else None
     usage = completion.get("usage") or {}
@@ -85,26 +90,28 @@ def run_smoke(
     return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))
 
 
-def _decode_metrics(client: httpx.Client, plan: Plan, host: str) -> MetricSamples:
+def _decode_metrics(client: httpx.Client, plan: Plan) -> MetricSamples:
     """Decode instances' counters, summed over all decoders."""
     total: MetricSamples = {}
     for engine in plan.decode:
         for key, value in scrape_metrics(
-            client, f"http://{host}:{engine.http_port}/metrics"
+            client, f"http://{plan.reach_address(engine.host)}:{engine.http_port}/metrics"
         ).items():
             total[key] = total.get(key, 0.0) + value
     return total
 
 
-def _lmcache_objects(client: httpx.Client, sources: VerdictSources, host: str) -> dict[str, int]:
+def _lmcache_objects(sources: VerdictSources, read_inside: ReadInside) -> dict[str, int]:
+    """Objects in each LMCache server's L1: its HTTP API listens on its host's loopback (it
+    shows the server's environment), so it is read from inside the server's container."""
     counts: dict[str, int] = {}
     for service, port in sources.object_stores:
-        status = client.get(f"http://{host}:{port}/status").json()
+        status = json.loads(read_inside(service, f"http://127.0.0.1:{port}/status"))
         counts[service] = int(status["storage_manager"]["l1_manager"]["total_object_count"])
     return counts
 
 
-def _long_prompt(client: httpx.Client, plan: Plan, host: str, model: str, nonce: str) -> str:
+def _long_prompt(client: httpx.Client, plan: Plan, model: str, nonce: str) -> str:
     """A fresh prompt (the nonce defeats prefix caches) of a few LMCache chunks, sized with
     the decoder's own tokenizer to stay inside max_model_len."""
     chunk = plan.topology.chunk_size
@@ -114,7 +121,8 @@ def _long_prompt(client: httpx.Client, plan: Plan, host: str, model: str, nonce:
     wanted = 3 * chunk if plan.profile is Profile.CPU else 4096
     target = max(1, min(wanted, limit))
     words = [f"run {nonce}:"] + [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(target)]
-    url = f"http://{host}:{plan.decode[0].http_port}/tokenize"
+    decoder = plan.decode[0]
+    url = f"http://{plan.reach_address(decoder.host)}:{decoder.http_port}/tokenize"
     while len(words) > 2:
         prompt = " ".join(words)
         count = int(client.post(url, json={"model": model, "prompt": prompt}).json()["count"])

@@ -1,12 +1,46 @@
-"""The neutral service model: what runs where, with no serializer's shapes in it. Today it
-holds the config files the units hand to render (LMCache's, the proxy's)."""
+"""The neutral service model: what runs where, with no serializer's shapes in it.
+
+A ``Deployment`` holds, per host, the services that run there (``HostServices``) and what they
+share (volumes, config files, secrets). Built from the plan (build.py); compose is one
+serializer of it (serializers/compose.py). Paths are relative to the workspace root (the
+checkout) unless absolute: a serializer writes them relative to where its files live.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import PurePosixPath
+from typing import Any, Literal
 
-__all__ = ["ConfigFile"]
+from generator.spec import GpuAccess
+
+__all__ = [
+    "BindMount",
+    "ConfigFile",
+    "Dependency",
+    "Deployment",
+    "DeviceNode",
+    "GpuRequest",
+    "Health",
+    "HostServices",
+    "HttpEndpoint",
+    "ImageBuildRef",
+    "ImageRef",
+    "LogPolicy",
+    "Mount",
+    "NamedVolume",
+    "NetworkMode",
+    "PublishedPort",
+    "Secret",
+    "Service",
+    "TmpfsMount",
+    "Ulimit",
+    "Volume",
+]
+
+
+_WORKSPACE_ROOT = PurePosixPath(".")
 
 
 @dataclass(frozen=True)
@@ -17,3 +51,188 @@ class ConfigFile:
     path: str  # where it is written, relative to the host's folder
     target: str  # where the container reads it
     data: dict[str, Any]  # dumped as YAML
+
+
+class NetworkMode(StrEnum):
+    HOST = "host"  # the host's own network stack (multi-host and GPU stacks)
+    BRIDGE = "bridge"  # the stack's private network; only published ports are reachable
+
+
+@dataclass(frozen=True)
+class ImageBuildRef:
+    """How the image is built: a Dockerfile and its build context, both under the workspace."""
+
+    dockerfile: PurePosixPath  # relative to the context
+    context: PurePosixPath = _WORKSPACE_ROOT
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    tag: str
+    pull_policy: Literal["never", "missing"]  # never: build it; missing: pull, else build
+    build: ImageBuildRef | None  # None: another service builds this tag
+
+
+@dataclass(frozen=True)
+class PublishedPort:
+    """A container port published on the same host port."""
+
+    port: int
+    public: bool  # reachable from other machines; else on the host's loopback only
+
+    @property
+    def address(self) -> str:
+        return "0.0.0.0" if self.public else "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    device_ids: tuple[int, ...]  # host GPU ids the container sees
+    access: GpuAccess  # how the container runtime hands them over
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str  # on the host
+    target: str  # in the container
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    name: str
+    soft: int  # -1: unlimited
+    hard: int
+
+
+@dataclass(frozen=True)
+class HttpEndpoint:
+    """Where a prober outside the container asks whether the service is up."""
+
+    port: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Health:
+    command: tuple[str, ...]  # run inside the container: exit 0 = healthy
+    start_period_s: int  # failures before this do not count
+    endpoints: tuple[HttpEndpoint, ...] = ()
+    interval_s: int = 5
+    timeout_s: int = 5
+    retries: int = 3
+
+
+@dataclass(frozen=True)
+class Dependency:
+    service: str
+    condition: Literal["healthy"] = "healthy"  # start once that service is healthy
+
+
+@dataclass(frozen=True)
+class NamedVolume:
+    volume: str  # a ``Volume.key`` of the host
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str  # a host path
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class TmpfsMount:
+    target: str
+    read_only: bool = False
+
+
+Mount = NamedVolume | BindMount | TmpfsMount
+
+
+@dataclass(frozen=True)
+class LogPolicy:
+    max_size_mib: int = 50
+    max_files: int = 5
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    host: str
+    role: str  # prefill | decode | lmcache | router | bench
+    image: ImageRef
+    command: tuple[str, ...]
+    hostname: str | None = None  # its name on the stack's network
+    on_demand: bool = False  # started only when asked for (a one-off run), never by `up`
+    env: dict[str, str] = field(default_factory=dict)
+    gpu_env: dict[str, str] = field(default_factory=dict)  # how the GPU access picks devices
+    env_files: tuple[str, ...] = ()
+    network: NetworkMode = NetworkMode.BRIDGE
+    ports: tuple[PublishedPort, ...] = ()  # only on the bridge
+    exposed: tuple[int, ...] = ()  # reachable by the stack's services, not published
+    gpus: GpuRequest | None = None
+    devices: tuple[DeviceNode, ...] = ()
+    host_ipc: bool = False
+    host_pid: bool = False
+    capabilities: tuple[str, ...] = ()
+    ulimits: tuple[Ulimit, ...] = ()
+    shm_size_mib: int | None = None  # None: the runtime's default
+    cpuset: tuple[int, ...] = ()
+    health: Health | None = None
+    depends_on: tuple[Dependency, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    configs: tuple[ConfigFile, ...] = ()
+    secrets: tuple[str, ...] = ()  # ``Secret.name`` of the host
+    labels: dict[str, str] = field(default_factory=dict)
+    init: bool = True
+    restart: Literal["no"] = "no"
+    stop_grace_s: int = 30
+    logging: LogPolicy = LogPolicy()
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return self.env | self.gpu_env
+
+
+@dataclass(frozen=True)
+class Volume:
+    key: str  # what services mount
+    name: str  # the engine's volume name (shared by stacks that use the same name)
+    host_path: str | None = None  # a host folder behind it; None: the engine's storage
+
+
+@dataclass(frozen=True)
+class Secret:
+    name: str
+    source: Literal["env", "file"]
+    value: str  # the variable's name, or the file's path
+
+
+@dataclass(frozen=True)
+class HostServices:
+    """What one host runs, and the files, volumes and secrets its services share."""
+
+    host: str
+    project_name: str
+    directory: PurePosixPath  # relative to the workspace root
+    services: tuple[Service, ...]
+    volumes: tuple[Volume, ...] = ()
+    configs: tuple[ConfigFile, ...] = ()
+    secrets: tuple[Secret, ...] = ()
+
+    def service(self, name: str) -> Service:
+        return next(service for service in self.services if service.name == name)
+
+    @property
+    def service_names(self) -> tuple[str, ...]:
+        return tuple(service.name for service in self.services)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    stack: str
+    topology: str
+    hosts: tuple[HostServices, ...]
+    notes: tuple[str, ...] = ()  # the plan's warnings, for whoever reads the files

@@ -166,7 +166,10 @@ def _telemetry_env(plan: Plan, port: int) -> dict[str, str]:
         "NIXL_TELEMETRY_EXPORTER": "prometheus",
         "NIXL_TELEMETRY_PROMETHEUS_PORT": str(port),
     }
-    if plan.network == "host":  # loopback only; on a bridge the published port is loopback
+    # Loopback only where the verdict's probes run on the same host; across hosts they read it
+    # at the host's address (as they read vLLM's /metrics). On a bridge it is published on
+    # loopback.
+    if plan.network == "host" and not plan.is_multi_host:
         env["NIXL_TELEMETRY_PROMETHEUS_LOCAL"] = "y"
     return env
 

@@ -1,6 +1,6 @@
 """The optional bench task: vLLM's own serving benchmark (`vllm bench serve`) against the
 router, run as a one-off `bench` container of the stack; results kept in the run folder.
-(The full `bench` command, P/D against a colocated baseline with plots, builds on this.)"""
+The rendered `bench` service carries the same command with the default settings."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import json
 from typing import Any
 
 from generator.errors import StackError
+from generator.services.bench import BENCH_RESULTS_DIR, bench_command
 from generator.workflow.context import RunContext
 
-__all__ = ["bench_command", "run_bench"]
+__all__ = ["run_bench"]
 
 _KEYS = (
     "completed",
@@ -24,31 +25,13 @@ _KEYS = (
 )
 
 
-def bench_command(context: RunContext) -> list[str]:
-    plan = context.plan
-    settings = context.options.bench_settings
-    router_host = "127.0.0.1" if plan.network == "host" else plan.router.service
-    model = plan.model
-    load = ["--request-rate", f"{settings.request_rate:g}"] if settings.request_rate else []
-    if settings.max_concurrency is not None:
-        load += ["--max-concurrency", str(settings.max_concurrency)]
-    return [
-        *["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve"],
-        *["--backend", "openai", "--endpoint", "/v1/completions"],
-        *["--base-url", f"http://{router_host}:{plan.router.port}"],
-        *["--model", model.served_name, "--tokenizer", model.id],
-        *["--dataset-name", "random", "--random-input-len", str(settings.input_len)],
-        *["--random-output-len", str(settings.output_len)],
-        *["--num-prompts", str(settings.num_prompts), *load],
-        *["--burstiness", f"{settings.burstiness:g}", "--seed", "0", "--ignore-eos"],
-        *["--save-result", "--result-dir", "/results", "--result-filename", "bench.json"],
-    ]
-
-
 def run_bench(context: RunContext) -> dict[str, Any]:
     results = context.run_dir / "bench"
     results.mkdir(parents=True, exist_ok=True)
-    output = context.stack.run_oneoff("bench", bench_command(context), [(results, "/results")])
+    command = bench_command(context.plan, context.options.bench_settings)
+    output = context.router_host.compose.run_oneoff(
+        "bench", command, [(results, BENCH_RESULTS_DIR)]
+    )
     (results / "bench.log").write_text(output, encoding="utf-8")
     report = results / "bench.json"
     if not report.is_file():

@@ -1,4 +1,5 @@
-"""What every task of a run can see: the plan, the rendered stack, Docker, options, record."""
+"""What every task of a run can see: the plan, the rendered stack, one Docker engine per host,
+options, the record, and the reporter the caller gave."""
 
 from __future__ import annotations
 
@@ -7,30 +8,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.text import Text
-
-from generator.console import info
-from generator.docker import ComposeStack
+from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes import SmokeResult
-from generator.render import ComposeProject, RenderedStack
+from generator.render import RenderedStack
+from generator.services.bench import BenchSettings
+from generator.workflow.hosts import HostStack
 from generator.workflow.records import RunRecord
+from generator.workflow.report import EventLevel, Reporter
 
-__all__ = ["BenchSettings", "RunContext", "RunOptions"]
+__all__ = [
+    "BenchSettings",
+    "HostStack",
+    "RunContext",
+    "RunOptions",
+    "TaskCancelled",
+]
 
 
-@dataclass(frozen=True)
-class BenchSettings:
-    """vLLM's `bench serve` with its random dataset. The defaults suit the cpu stacks; seed A's
-    GPU run is 7500 in / 200 out, 30 prompts, 1 req/s, burstiness 100."""
-
-    input_len: int = 512
-    output_len: int = 32
-    num_prompts: int = 32
-    request_rate: float | None = None  # None: as fast as max_concurrency allows
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
+class TaskCancelled(XpydError):
+    """The run gave up on this task (it timed out, or the user pressed Ctrl+C)."""
 
 
 @dataclass(frozen=True)
@@ -50,31 +48,44 @@ class RunContext:
     rendered: RenderedStack
     options: RunOptions
     record: RunRecord
+    reporter: Reporter
+    hosts: dict[str, HostStack]
     verdict: SmokeResult | None = None
-    _stack: ComposeStack | None = field(default=None, repr=False)
     _started: float = field(default_factory=time.monotonic, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cancelled: set[str] = field(default_factory=set, repr=False)
+    _cancel_all: bool = field(default=False, repr=False)
+
+    def host_of(self, service: str) -> HostStack:
+        """The host whose project runs ``service``."""
+        for stack in self.hosts.values():
+            if service in stack.project.host_services.service_names:
+                return stack
+        raise XpydError(f"no host of {self.plan.stack} runs a service named {service!r}")
 
     @property
-    def project(self) -> ComposeProject:
-        (project,) = self.rendered.projects  # `up` runs single-host stacks (checked before)
-        return project
-
-    @property
-    def stack(self) -> ComposeStack:
-        with self._lock:
-            if self._stack is None:
-                compose_file = self.workspace.root / self.project.compose_file
-                self._stack = ComposeStack(compose_file, self.project.name)
-            return self._stack
+    def router_host(self) -> HostStack:
+        return self.hosts[self.plan.router.host]
 
     @property
     def run_dir(self) -> Path:
         return self.record.directory
 
-    def progress(self, message: str) -> None:
-        elapsed = f"{time.monotonic() - self._started:6.1f}s"
-        info(Text.assemble((elapsed, "dim"), " ", message))
+    def progress(self, message: str, level: EventLevel = EventLevel.INFO) -> None:
+        """A line for the user; also the point where a given-up task stops."""
+        self.raise_if_cancelled()
+        self.reporter.event(level, f"{time.monotonic() - self._started:6.1f}s {message}")
+
+    def raise_if_cancelled(self) -> None:
+        """Called by a task's waits and streams: a task that timed out stops at its next one."""
+        name = threading.current_thread().name.removeprefix("task-")
+        if self._cancel_all or name in self._cancelled:
+            raise TaskCancelled(f"{name} was given up on")
+
+    def cancel(self, task: str) -> None:
+        self._cancelled.add(task)
+
+    def cancel_all(self) -> None:
+        self._cancel_all = True
 
     def failed(self) -> bool:
         from generator.workflow.task import FAILED_STATES

@@ -1,25 +1,32 @@
-"""Runs a graph: ready tasks concurrently (threads), retries, state, records, Ctrl+C.
+"""Runs a graph: ready tasks concurrently (daemon threads), retries, timeouts, records, Ctrl+C.
 
 A failed task marks everything downstream UPSTREAM_FAILED; teardown tasks still run once
-their upstream is finished. Ctrl+C cancels what has not finished, runs ``on_interrupt``
-(the caller removes the containers) and re-raises.
+their upstream is finished. A task that outlives its ``timeout_s`` is failed at once and the
+run goes on without it (its thread is told to stop at its next wait, and, being a daemon, never
+keeps the process alive). Ctrl+C cancels what has not finished, runs ``on_interrupt`` (the
+caller removes the containers) and re-raises.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 
 from tenacity import Retrying, stop_after_attempt, wait_fixed
 
 from generator.errors import XpydError
 from generator.workflow.context import RunContext
 from generator.workflow.graph import Graph
+from generator.workflow.report import EventLevel
 from generator.workflow.task import DONE_STATES, FAILED_STATES, SkipTask, Task, TaskState
 
-__all__ = ["TaskFailure", "run_graph"]
+__all__ = ["TaskFailure", "TaskTimeout", "run_graph"]
 
 _MAX_PARALLEL = 8
+_IDLE_POLL_S = 1.0  # how often the loop looks at deadlines when nothing finishes
 
 
 class TaskFailure(XpydError):
@@ -34,6 +41,23 @@ class TaskFailure(XpydError):
         super().__init__(f"task {task} failed: {message}", hint=hint)
 
 
+class TaskTimeout(XpydError):
+    """A task ran past its ``timeout_s``."""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    task: Task
+    summary: str | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Running:
+    task: Task
+    deadline: float | None  # monotonic; None: no limit
+
+
 def run_graph(
     graph: Graph,
     context: RunContext,
@@ -45,49 +69,87 @@ def run_graph(
     record = context.record
     for name in graph.order:
         record.set_state(name, TaskState.PENDING if name in selected else TaskState.SKIPPED)
-    futures: dict[Future[str | None], Task] = {}
+    outcomes: queue.Queue[_Outcome] = queue.Queue()
+    running: dict[str, _Running] = {}
     first_failure: TaskFailure | None = None
-    with ThreadPoolExecutor(max_workers=_MAX_PARALLEL, thread_name_prefix="task") as pool:
-        try:
-            while True:
-                _settle_blocked(graph, context)
-                for task in _ready(graph, context, futures):
-                    record.set_state(task.name, TaskState.RUNNING)
-                    context.progress(f"{task.name}: started")
-                    futures[pool.submit(_attempts, task, context)] = task
-                if not futures:
-                    break
-                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    failure = _collect(futures.pop(future), future, context)
-                    first_failure = first_failure or failure
-        except KeyboardInterrupt:
-            for future in futures:
-                future.cancel()
-            for name in graph.order:
-                if record.tasks[name].state in (TaskState.PENDING, TaskState.RUNNING):
-                    record.set_state(name, TaskState.CANCELLED, error="interrupted")
-            record.finish("interrupted")
-            if on_interrupt is not None:
-                on_interrupt()
-            raise
+    try:
+        while True:
+            _settle_blocked(graph, context)
+            for task in _ready(graph, context, running)[: _MAX_PARALLEL - len(running)]:
+                running[task.name] = _start(task, context, outcomes)
+            if not running:
+                break
+            for outcome in _next_outcomes(outcomes, running):
+                if isinstance(outcome.error, KeyboardInterrupt):
+                    raise outcome.error  # Ctrl+C seen by a task's thread: the run stops
+                failure = _collect(outcome, context)
+                first_failure = first_failure or failure
+    except KeyboardInterrupt:
+        context.cancel_all()
+        for name in graph.order:
+            if record.tasks[name].state in (TaskState.PENDING, TaskState.RUNNING):
+                record.set_state(name, TaskState.CANCELLED, error="interrupted")
+        record.finish("interrupted")
+        if on_interrupt is not None:
+            on_interrupt()
+        raise
     record.finish("failed" if first_failure else "success")
     if first_failure is not None:
         raise first_failure
+
+
+def _start(task: Task, context: RunContext, outcomes: queue.Queue[_Outcome]) -> _Running:
+    context.record.set_state(task.name, TaskState.RUNNING)
+    context.progress(f"{task.name}: started")
+
+    def body() -> None:
+        try:
+            outcomes.put(_Outcome(task, summary=_attempts(task, context)))
+        except BaseException as exc:  # reported by the loop, never lost in the thread
+            outcomes.put(_Outcome(task, error=exc))
+
+    threading.Thread(target=body, name=f"task-{task.name}", daemon=True).start()
+    deadline = None if task.timeout_s is None else time.monotonic() + task.timeout_s
+    return _Running(task, deadline)
+
+
+def _next_outcomes(outcomes: queue.Queue[_Outcome], running: dict[str, _Running]) -> list[_Outcome]:
+    """The outcomes that arrive before the next deadline, or the overdue tasks as failures.
+    A task already given up on (timed out) may still report: that late outcome is dropped."""
+    deadlines = [r.deadline for r in running.values() if r.deadline is not None]
+    wait_s = min([_IDLE_POLL_S, *(d - time.monotonic() for d in deadlines)])
+    try:
+        outcome = outcomes.get(timeout=max(wait_s, 0.0))
+    except queue.Empty:
+        return [_timed_out(running.pop(r.task.name)) for r in _overdue(running)]
+    if running.pop(outcome.task.name, None) is None:
+        return []
+    return [outcome]
+
+
+def _overdue(running: dict[str, _Running]) -> list[_Running]:
+    now = time.monotonic()
+    return [r for r in running.values() if r.deadline is not None and r.deadline <= now]
+
+
+def _timed_out(late: _Running) -> _Outcome:
+    limit = late.task.timeout_s
+    error = TaskTimeout(
+        f"still running after its limit of {limit:.0f} s",
+        hint="look at the task's progress lines and logs; --wait-scale raises wait limits",
+    )
+    return _Outcome(late.task, error=error)
 
 
 def _state(context: RunContext, name: str) -> TaskState:
     return context.record.tasks[name].state
 
 
-def _ready(
-    graph: Graph, context: RunContext, futures: dict[Future[str | None], Task]
-) -> list[Task]:
-    running = set(futures.values())
+def _ready(graph: Graph, context: RunContext, running: dict[str, _Running]) -> list[Task]:
     ready = []
     for name in graph.order:
         task = graph.by_name[name]
-        if _state(context, name) is not TaskState.PENDING or task in running:
+        if _state(context, name) is not TaskState.PENDING or name in running:
             continue
         states = [_state(context, u.name) for u in task.upstream]
         finished = all(s in DONE_STATES or s in FAILED_STATES for s in states)
@@ -122,19 +184,21 @@ def _attempts(task: Task, context: RunContext) -> str | None:
     return retrying(task.function, context)
 
 
-def _collect(task: Task, future: Future[str | None], context: RunContext) -> TaskFailure | None:
-    try:
-        summary = future.result()
-    except SkipTask as skip:
-        context.record.set_state(task.name, TaskState.SKIPPED, summary=str(skip))
-        context.progress(f"{task.name}: skipped ({skip})")
+def _collect(outcome: _Outcome, context: RunContext) -> TaskFailure | None:
+    task, error = outcome.task, outcome.error
+    if isinstance(error, SkipTask):
+        context.record.set_state(task.name, TaskState.SKIPPED, summary=str(error))
+        context.progress(f"{task.name}: skipped ({error})")
         return None
-    except Exception as exc:  # any task error stops its dependents; the first is reported
-        failure = TaskFailure(task.name, exc)
-        failure.__cause__ = exc
+    if error is not None:  # any task error stops its dependents; the first is reported
+        if isinstance(error, TaskTimeout):
+            context.cancel(task.name)
+        failure = TaskFailure(task.name, error)
+        failure.__cause__ = error
         context.record.set_state(task.name, TaskState.FAILED, error=failure.message)
-        context.progress(f"[red]{task.name}: failed[/red]")
+        context.progress(f"{task.name}: failed", EventLevel.FAILED)
         return failure  # the caller keeps the first failure: a teardown never masks it
+    summary = outcome.summary
     context.record.set_state(task.name, TaskState.SUCCESS, summary=summary)
-    context.progress(f"[green]{task.name}: done[/green]" + (f" ({summary})" if summary else ""))
+    context.progress(f"{task.name}: done" + (f" ({summary})" if summary else ""), EventLevel.DONE)
     return None

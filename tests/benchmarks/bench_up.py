@@ -28,15 +28,15 @@ from python_on_whales import DockerClient  # noqa: E402, TID251 - a benchmark, n
 
 from generator.paths import Workspace  # noqa: E402
 from generator.plan import Plan, make_plan  # noqa: E402
-from generator.probes import run_smoke, wait_until_ready  # noqa: E402
+from generator.probes import Check, run_smoke, wait_until_ready  # noqa: E402
+from generator.probes.http import read_here  # noqa: E402
 from generator.probes.readiness import (  # noqa: E402
     engine_checks,
     routed_request,
     router_checks,
-    sidecar_checks,
 )
-from generator.render.commands import engine_command  # noqa: E402
 from generator.routers import router_of  # noqa: E402
+from generator.services.commands import engine_command  # noqa: E402
 from generator.spec import load_spec  # noqa: E402
 from generator.topologies import topology_of  # noqa: E402
 from generator.topologies.nixl_mp import lmcache_server_command  # noqa: E402
@@ -222,7 +222,7 @@ def run_bare() -> tuple[float, int]:
         for sidecar in plan.sidecars:
             wait_until_ready(
                 sidecar.service,
-                sidecar_checks(sidecar),
+                [Check(f"http://127.0.0.1:{sidecar.health_port}{sidecar.health_path}")],
                 deadline_s=120,
                 assert_alive=noop,
                 progress=print,
@@ -263,7 +263,7 @@ def run_bare() -> tuple[float, int]:
         )
         routed_request(plan)
         t_router = time.monotonic() - t0
-        result = run_smoke(plan, nonce=f"bare-{int(time.time())}")
+        result = run_smoke(plan, nonce=f"bare-{int(time.time())}", read_inside=read_here)
         elapsed = time.monotonic() - t0
         phases = (
             f"lmcache ready {t_lmcache:.1f} s, engines {t_engines:.1f} s, router {t_router:.1f} s"

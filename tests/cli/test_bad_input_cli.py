@@ -18,6 +18,7 @@ from generator.plan import make_plan
 from generator.spec import load_spec
 from generator.workbench import rendered_projects
 from generator.workflow.context import RunOptions
+from generator.workflow.report import RecordingReporter
 from generator.workflow.run import make_context
 from tests.tools import run_cli
 
@@ -115,4 +116,4 @@ def test_down_status_logs_take_only_stack_names(stack: str, workspace: Workspace
 def test_run_ids_are_plain_folder_names(run_id: str, workspace: Workspace) -> None:
     plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     with pytest.raises(XpydError, match="is not a plain folder name"):
-        make_context(plan, workspace, RunOptions(), run_id)
+        make_context(plan, workspace, RunOptions(), run_id, RecordingReporter())

@@ -93,21 +93,19 @@ def test_views_follow_the_rendered_services_and_the_own_gpu_variant(
     workspace: Workspace,
 ) -> None:
     view = h200_view(workspace)
-    services = view.project.document["services"]
-    decode = container_view(services["decode-0"])
+    services = view.project.host_services
+    decode = container_view(services.service("decode-0"))
     assert (decode.gpus, decode.pid.value) == ((0, 1), "host")
     assert decode.environment["CUDA_VISIBLE_DEVICES"] == "1"
     (engine,) = view.plan.decode
-    narrowed = container_view(
-        own_gpus_variant(json.loads(json.dumps(services["decode-0"])), engine)
-    )
+    narrowed = container_view(own_gpus_variant(services.service("decode-0"), engine))
     assert (narrowed.gpus, narrowed.environment["CUDA_VISIBLE_DEVICES"]) == ((1,), "0")
 
 
 @pytest.mark.parametrize("access", ["cdi", "nvidia-runtime"])
 def test_views_read_every_gpu_access_mode(workspace: Workspace, access: str) -> None:
     view = h200_view(workspace, "xpyd-mp", f"gpu.access={access}")
-    assert container_view(view.project.document["services"]["prefill-0"]).gpus == (0, 1)
+    assert container_view(view.project.host_services.service("prefill-0")).gpus == (0, 1)
 
 
 def test_gpu_access_modes_the_engine_offers(workspace: Workspace, tmp_path: Path) -> None:

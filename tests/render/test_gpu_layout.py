@@ -192,7 +192,9 @@ def test_tp8_decoder_health_check_passes_only_where_lmcache_really_listens(
 ) -> None:
     """Run the rendered check itself: decoder P/D sockets bound on the host's address (here
     127.0.0.2, a loopback alias) with vLLM's /health answering on 127.0.0.1."""
-    shift = ["ports.decode_http=47200", "ports.decode_pd_init=47300", "ports.decode_pd_alloc=47400"]
+    # Below the kernel's ephemeral range (32768-60999): a port there may be the local end of
+    # any outgoing connection (it failed here once with EADDRINUSE).
+    shift = ["ports.decode_http=23200", "ports.decode_pd_init=23300", "ports.decode_pd_alloc=23400"]
     plan, result = rendered(workspace, "xpyd-tp8", "hosts.1.address=127.0.0.2", *shift)
     (decoder,) = plan.decode
     service = services(result, "node-d")[decoder.name]

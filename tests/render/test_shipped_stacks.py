@@ -16,7 +16,15 @@ from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered
 from generator.spec import load_spec
 
-SHIPPED = ["cpu-1p1d", "cpu-lmcache-pd", "xpyd", "xpyd-mp", "xpyd-mp-2host", "xpyd-tp8"]
+SHIPPED = [
+    "cpu-1p1d",
+    "cpu-2host",
+    "cpu-lmcache-pd",
+    "xpyd",
+    "xpyd-mp",
+    "xpyd-mp-2host",
+    "xpyd-tp8",
+]
 
 
 def rendered(workspace: Workspace, stack: str) -> RenderedStack:

@@ -16,10 +16,12 @@ from generator.plan import make_plan
 from generator.render import render_stack
 from generator.spec import load_spec
 from generator.workflow.context import RunContext, RunOptions
+from generator.workflow.dag import build_graph, default_selection
 from generator.workflow.graph import Graph
+from generator.workflow.hosts import host_stacks
 from generator.workflow.records import RunRecord, latest_run
+from generator.workflow.report import EventLevel, RecordingReporter
 from generator.workflow.runner import TaskFailure, run_graph
-from generator.workflow.stack import build_graph, default_selection
 from generator.workflow.task import SkipTask, Task, TaskState
 
 
@@ -27,7 +29,9 @@ def context(workspace: Workspace, tmp_path: Path, **options: bool) -> RunContext
     plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     record = RunRecord("run-1", plan.stack, tmp_path / "run-1", {}, {})
     run_options = RunOptions(**options)  # type: ignore[arg-type]  # only the boolean flags
-    return RunContext(plan, workspace, render_stack(plan, workspace), run_options, record)
+    rendered = render_stack(plan, workspace)
+    hosts = host_stacks(plan, rendered, workspace)
+    return RunContext(plan, workspace, rendered, run_options, record, RecordingReporter(), hosts)
 
 
 def states(ctx: RunContext) -> dict[str, str]:
@@ -184,3 +188,47 @@ def test_latest_run_finds_the_newest_of_a_stack(tmp_path: Path) -> None:
     assert found is not None
     assert found["run_id"] == "r3"
     assert latest_run(tmp_path, "zzz") is None
+
+
+def test_a_task_past_its_limit_fails_and_the_run_goes_on(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    stopped = threading.Event()
+
+    def hang(ctx: RunContext) -> str:
+        while True:  # a wait that checks for cancellation, as the real waits do
+            try:
+                ctx.raise_if_cancelled()
+            except XpydError:
+                stopped.set()
+                raise
+            time.sleep(0.02)
+
+    slow = Task("slow", hang, timeout_s=0.3)
+    after, down = Task("after", lambda _: "ran"), Task("down", lambda _: "ok", teardown=True)
+    slow >> after >> down
+    ctx = context(workspace, tmp_path)
+    started = time.monotonic()
+    with pytest.raises(TaskFailure, match="still running after its limit of 0 s") as caught:
+        run_graph(Graph([slow, after, down]), ctx, selected={"slow", "after", "down"})
+    assert time.monotonic() - started < 3
+    assert caught.value.task == "slow"
+    assert states(ctx) == {"slow": "failed", "after": "upstream_failed", "down": "success"}
+    assert stopped.wait(2), "the given-up task was not told to stop"
+
+
+def test_events_reach_the_reporter_with_their_level(workspace: Workspace, tmp_path: Path) -> None:
+    def warn(ctx: RunContext) -> str:
+        ctx.progress("disk [almost] full", EventLevel.WARN)
+        return "ok"
+
+    ctx = context(workspace, tmp_path)
+    run_graph(Graph([Task("w", warn)]), ctx, selected={"w"})
+    reporter = ctx.reporter
+    assert isinstance(reporter, RecordingReporter)
+    levels = [(level, message.strip().split(" ", 1)[1]) for level, message in reporter.events]
+    assert levels == [
+        (EventLevel.INFO, "w: started"),
+        (EventLevel.WARN, "disk [almost] full"),
+        (EventLevel.DONE, "w: done (ok)"),
+    ]

@@ -1,0 +1,110 @@
+"""Plan -> Deployment: the services of each host, and what they share.
+
+The per-service settings (engines, LMCache servers, router, bench) are in parts.py; this module
+assembles them per host, with the volumes, config files and secrets the host's services use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Literal
+
+from generator.plan import Plan
+from generator.routers import router_of
+from generator.services.model import (
+    ConfigFile,
+    Deployment,
+    HostServices,
+    ImageBuildRef,
+    ImageRef,
+    Secret,
+    Service,
+    Volume,
+)
+from generator.services.parts import (
+    bench_service,
+    engine_service,
+    lmcache_service,
+    router_service,
+)
+from generator.topologies import topology_of
+
+__all__ = ["build_deployment", "image_ref", "project_name"]
+
+_MODEL_CACHE_VOLUME = "xpyd-model-cache"  # shared by every stack on a host: download once
+_VLLM_CACHE_VOLUME = "xpyd-vllm-cache"  # vLLM's own caches, kept across container restarts
+
+
+def project_name(plan: Plan, host: str) -> str:
+    return f"xpyd-{plan.stack}" if not plan.is_multi_host else f"xpyd-{plan.stack}-{host}"
+
+
+def image_ref(tag: str, dockerfile: PurePosixPath) -> ImageRef:
+    """An image built from the workspace (the build context) by ``dockerfile``."""
+    return ImageRef(tag, _pull_policy(tag), ImageBuildRef(dockerfile))
+
+
+def _pull_policy(tag: str) -> Literal["never", "missing"]:
+    """Our images are built here. A bare repository name (``xpyd/prefill:<hash>``) means
+    Docker Hub, where anyone may publish that name, and the tags are predictable: never pull
+    it, build it when missing. A registry host (``registry.example.com/xpyd/...``) is the
+    user's own: pull when missing (built and pushed elsewhere), else build."""
+    first = tag.split("/", 1)[0]
+    own_registry = "/" in tag and ("." in first or ":" in first or first == "localhost")
+    return "missing" if own_registry else "never"
+
+
+def build_deployment(plan: Plan, images: Mapping[str, ImageRef]) -> Deployment:
+    """``images``: the image of each role (prefill, decode, lmcache, router)."""
+    hosts = tuple(_host(plan, host.name, images) for host in plan.hosts if host.services)
+    return Deployment(plan.stack, plan.topology.kind.value, hosts, plan.warnings)
+
+
+def _host(plan: Plan, host: str, images: Mapping[str, ImageRef]) -> HostServices:
+    directory = PurePosixPath("compose") / plan.stack
+    if plan.is_multi_host:
+        directory /= host
+    services: list[Service] = []
+    configs: list[ConfigFile] = []
+    for engine in plan.engines_on(host):
+        config = topology_of(plan).engine_config(plan, engine)
+        configs += [config] if config is not None else []
+        for sidecar in (s for s in plan.sidecars if s.engine == engine.name):
+            services.append(lmcache_service(plan, engine, sidecar, images[sidecar.role]))
+        image = images[engine.role.value]
+        services.append(engine_service(plan, engine, image, config, _env_files(plan)))
+    if plan.router.host == host:
+        config = router_of(plan).config_file(plan)
+        configs += [config] if config is not None else []
+        services.append(router_service(plan, images["router"], config))
+        services.append(bench_service(plan, images["decode"], _env_files(plan)))
+    uses_models = bool(plan.engines_on(host)) or plan.router.host == host  # engines, bench
+    return HostServices(
+        host,
+        project_name(plan, host),
+        directory,
+        tuple(services),
+        volumes=_volumes(plan) if uses_models else (),
+        configs=tuple(configs),
+        secrets=_secrets(plan) if uses_models else (),
+    )
+
+
+def _volumes(plan: Plan) -> tuple[Volume, ...]:
+    return (
+        Volume("model-cache", _MODEL_CACHE_VOLUME, plan.hf.cache_dir or None),
+        Volume("vllm-cache", _VLLM_CACHE_VOLUME),
+    )
+
+
+def _secrets(plan: Plan) -> tuple[Secret, ...]:
+    token = plan.hf.token
+    if token is None or not token.is_secret:
+        return ()
+    return (Secret("hf_token", "env" if token.source == "env" else "file", token.name),)
+
+
+def _env_files(plan: Plan) -> tuple[str, ...]:
+    token = plan.hf.token
+    return (token.name,) if token and not token.is_secret else ()

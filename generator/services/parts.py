@@ -1,0 +1,258 @@
+"""The services of a stack, one function per kind (engine, LMCache server, router, bench).
+
+Why the non-obvious settings are there (measured, see NOTES.md):
+- GPU engines share the host PID namespace: with a private one UCX silently drops cuda_ipc
+  and moves KV over TCP, ~850x slower, with correct results. The same happens when a
+  container sees only its own GPU, so a same-host engine reserves its peers' GPUs too and
+  picks its own with CUDA_VISIBLE_DEVICES (the plan's ``visible_gpus``/``cuda_devices``).
+  ``ipc: host`` for CUDA IPC and LMCache shared memory, ``SYS_PTRACE`` for cross-process
+  memory access, ``IPC_LOCK`` and unlimited memlock for RDMA memory registration; RDMA
+  devices only where the plan moves KV between hosts (their absence fails container creation).
+- CPU engines are pinned to one core each (the NIXL progress thread spins a whole core; two
+  unpinned engines on two cores stall for the 30 s KV lease) and see an empty
+  ``/sys/devices/system/node``: vLLM's NIXL worker otherwise reads the host NUMA layout,
+  ignores the cpuset and fails ``sched_setaffinity``.
+- Healthchecks have a finite ``start_period``: a vLLM that cannot bind its NIXL side channel
+  hangs in "starting" forever instead of exiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.routers import router_of
+from generator.services.bench import BenchSettings, bench_command
+from generator.services.commands import engine_command
+from generator.services.model import (
+    BindMount,
+    ConfigFile,
+    Dependency,
+    DeviceNode,
+    GpuRequest,
+    Health,
+    HttpEndpoint,
+    ImageRef,
+    Mount,
+    NamedVolume,
+    NetworkMode,
+    PublishedPort,
+    Service,
+    TmpfsMount,
+    Ulimit,
+)
+from generator.spec import GpuAccess, Profile
+from generator.topologies import topology_of
+from generator.topologies.nixl_mp import lmcache_server_command
+
+__all__ = [
+    "HF_HOME",
+    "bench_service",
+    "engine_service",
+    "gpu_env",
+    "lmcache_service",
+    "router_service",
+]
+
+HF_HOME = "/root/.cache/huggingface"
+VLLM_CACHE = "/root/.cache/vllm"  # model-info and torch.compile caches: ~7 s (CPU) to minutes saved
+_START_PERIOD_S = {Profile.GPU: 900, Profile.CPU: 300}
+_SHM_MIB = 1024  # Docker's 64 MiB /dev/shm breaks vLLM and LMCache
+_HF_TOKEN_PATH = "/run/secrets/hf_token"  # a secret, never an env value
+
+
+def engine_service(
+    plan: Plan,
+    engine: EnginePlan,
+    image: ImageRef,
+    config: ConfigFile | None,
+    env_files: tuple[str, ...],
+) -> Service:
+    topology = topology_of(plan)
+    service = Service(
+        engine.name, engine.host, engine.role.value, image, tuple(engine_command(plan, engine))
+    )
+    ports = [engine.http_port, *topology.engine_ports(engine)]
+    service = _identity(plan, _networked(plan, service, ports), engine.name)
+    service = replace(
+        _computing(plan, service, devices=engine.visible_gpus, cpus=engine.cpus, rdma=plan.rdma),
+        env=_engine_env(plan, engine),
+        mounts=_engine_mounts(plan),
+        configs=(config,) if config is not None else (),
+        secrets=_secrets(plan),
+        env_files=env_files,
+    )
+    # And the sockets the topology opens besides vLLM's (lmcache-pd decoders' receiver ports,
+    # where LMCache binds them).
+    start = _START_PERIOD_S[plan.profile]
+    health = _health(engine.http_port, "/health", start, topology.engine_listening(engine))
+    sidecars = [s.service for s in plan.sidecars if s.engine == engine.name]
+    return replace(service, health=health, depends_on=_healthy(sidecars))
+
+
+def lmcache_service(
+    plan: Plan, engine: EnginePlan, sidecar: SidecarPlan, image: ImageRef
+) -> Service:
+    command = tuple(lmcache_server_command(plan, engine))
+    service = Service(sidecar.service, engine.host, sidecar.role, image, command)
+    service = _identity(plan, _networked(plan, service, [sidecar.health_port]), sidecar.service)
+    # The server copies KV to and from its engine's GPUs (CUDA IPC; LMCache finds the device by
+    # UUID, so the engine's other visible GPUs do not matter): it sees exactly those.
+    service = _computing(plan, service, devices=engine.gpus, cpus=(), rdma=False)
+    env = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
+    health = _health(sidecar.health_port, sidecar.health_path, 120)
+    return replace(service, env=env, health=health)
+
+
+def router_service(plan: Plan, image: ImageRef, config: ConfigFile | None) -> Service:
+    router, unit = plan.router, router_of(plan)
+    service = Service(router.service, router.host, "router", image, tuple(unit.command(plan)))
+    published = list(unit.published_ports(plan))
+    service = _identity(plan, _networked(plan, service, published, router.port), router.service)
+    exposed = unit.private_ports(plan) if plan.network == "bridge" else ()
+    local = [engine.name for engine in plan.engines_on(router.host)]
+    return replace(
+        service,
+        exposed=tuple(exposed),
+        configs=(config,) if config is not None else (),
+        depends_on=_healthy(local),
+        health=_health(router.port, "/health", 120),
+    )
+
+
+def bench_service(plan: Plan, image: ImageRef, env_files: tuple[str, ...]) -> Service:
+    """A one-off container for vLLM's serving benchmark (`docker compose run --rm bench`):
+    the engine image has vLLM and the tokenizer; it reaches the router like a client."""
+    # The decode image, built for the engines (same pull policy: never from a public name).
+    command = tuple(bench_command(plan, BenchSettings()))
+    service = Service("bench", plan.router.host, "bench", replace(image, build=None), command)
+    env = {"HF_HOME": HF_HOME}
+    if plan.hf.offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    if _secrets(plan):
+        env["HF_TOKEN_PATH"] = _HF_TOKEN_PATH
+    return replace(
+        service,
+        on_demand=True,
+        env=env,
+        env_files=env_files,
+        network=NetworkMode(plan.network),
+        secrets=_secrets(plan),
+        mounts=_model_mounts(plan),
+        labels=_labels(plan, "bench", "bench", plan.router.host),
+    )
+
+
+def _secrets(plan: Plan) -> tuple[str, ...]:
+    token = plan.hf.token
+    return ("hf_token",) if token is not None and token.is_secret else ()
+
+
+def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
+    env = {"PYTHONHASHSEED": "0", "HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE}
+    # (the same hash seed on every instance gives the same KV chunk keys)
+    if plan.hf.offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    if _secrets(plan):
+        env["HF_TOKEN_PATH"] = _HF_TOKEN_PATH
+    if plan.ucx.tls:
+        env["UCX_TLS"] = plan.ucx.tls
+    if plan.ucx.net_devices:
+        env["UCX_NET_DEVICES"] = plan.ucx.net_devices
+    # UCX prints the protocol and transport it selects (cuda_ipc, rc, tcp...) to the log once
+    # per new endpoint configuration: how the smoke verdict names the KV transport.
+    env["UCX_PROTO_INFO"] = "y"
+    if plan.profile is Profile.GPU:
+        env["NCCL_CUMEM_ENABLE"] = "1"
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # index i = the i-th visible GPU by bus id
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, engine.cuda_devices))
+    else:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
+    return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
+
+
+def _networked(plan: Plan, service: Service, published: list[int], public: int = 0) -> Service:
+    """Host networking on GPUs (NIXL/RDMA advertise host addresses); a bridge on CPU, where
+    only the router is published beyond loopback (LMCache's admin port exposes its env)."""
+    if plan.network == "host":
+        return replace(service, network=NetworkMode.HOST)
+    ports = tuple(PublishedPort(port, public=port == public) for port in published)
+    return replace(service, network=NetworkMode.BRIDGE, ports=ports)
+
+
+def _computing(
+    plan: Plan, service: Service, *, devices: tuple[int, ...], cpus: tuple[int, ...], rdma: bool
+) -> Service:
+    """Namespaces, devices and limits of engines and LMCache servers."""
+    if plan.profile is Profile.CPU:
+        capabilities = ("SYS_NICE",) if cpus else ()
+        return replace(service, shm_size_mib=_SHM_MIB, cpuset=cpus, capabilities=capabilities)
+    gpus = GpuRequest(devices, plan.gpu_access) if devices else None
+    return replace(
+        service,
+        host_ipc=True,
+        host_pid=True,
+        capabilities=("IPC_LOCK", "SYS_PTRACE"),
+        ulimits=(Ulimit("memlock", -1, -1),),
+        devices=(DeviceNode("/dev/infiniband", "/dev/infiniband"),) if rdma else (),
+        gpus=gpus,
+        gpu_env=gpu_env(gpus),
+    )
+
+
+def gpu_env(gpus: GpuRequest | None) -> dict[str, str]:
+    """How the runtime picks the container's GPUs where it reads the environment (the nvidia
+    runtime). CUDA numbers a container's GPUs from 0; in PCI bus order (as nvidia-smi numbers
+    the host's) they follow the host ids' order."""
+    if gpus is None or gpus.access is not GpuAccess.NVIDIA_RUNTIME:
+        return {}
+    return {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(map(str, gpus.device_ids)),
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    }
+
+
+def _model_mounts(plan: Plan) -> tuple[Mount, ...]:
+    mounts: list[Mount] = [NamedVolume("model-cache", HF_HOME)]
+    if plan.model.host_path is not None:
+        mounts.append(BindMount(plan.model.host_path, plan.model.id, read_only=True))
+    return tuple(mounts)
+
+
+def _engine_mounts(plan: Plan) -> tuple[Mount, ...]:
+    model, rest = _model_mounts(plan)[:1], _model_mounts(plan)[1:]
+    mounts: list[Mount] = [*model, NamedVolume("vllm-cache", VLLM_CACHE), *rest]
+    if plan.profile is Profile.CPU:
+        # An empty, read-only node directory: vLLM then keeps to the container's cpuset.
+        mounts.append(TmpfsMount("/sys/devices/system/node", read_only=True))
+    return tuple(mounts)
+
+
+def _health(
+    port: int, path: str, start_period_s: int, listening: list[tuple[str, int]] | None = None
+) -> Health:
+    probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"
+    if listening:
+        targets = ", ".join(repr(target) for target in listening)
+        connect = f"[socket.create_connection(t, 2).close() for t in ({targets},)]"
+        probe = f"import socket; {probe}; {connect}"
+    command = ("python3", "-c", probe)
+    return Health(command, start_period_s, endpoints=(HttpEndpoint(port, path),))
+
+
+def _healthy(services: list[str]) -> tuple[Dependency, ...]:
+    return tuple(Dependency(name) for name in services)
+
+
+def _identity(plan: Plan, service: Service, instance: str) -> Service:
+    labels = _labels(plan, service.role, instance, service.host)
+    return replace(service, hostname=instance, labels=labels)
+
+
+def _labels(plan: Plan, role: str, instance: str, host: str) -> dict[str, str]:
+    return {
+        "org.xpyd.stack": plan.stack,
+        "org.xpyd.role": role,
+        "org.xpyd.instance": instance,
+        "org.xpyd.host": host,
+    }

@@ -1,0 +1,210 @@
+"""The task graph `up` runs, per host of the stack, in dependency order:
+
+render -> preflight (every host's engine answers) -> wheels -> build-engines || build-router
+  -> ship@<host> (images to each host's own engine, where that is not this machine's)
+  -> [start-lmcache@<host> -> wait-lmcache@<host>] (the plan's sidecars: nixl-mp's servers)
+  -> start-engines@<host> -> wait-<engine> (all in parallel)
+  -> start-router -> wait-router -> smoke -> [bench] -> [down]
+
+Single-host stacks drop the ``@<host>`` suffixes. Each task is declared once, with its limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from generator.plan import Plan
+from generator.spec import Profile
+from generator.workflow.context import RunContext, RunOptions
+from generator.workflow.graph import Graph
+from generator.workflow.steps import prepare, services, verdict
+from generator.workflow.task import Task
+
+__all__ = ["build_graph", "default_selection"]
+
+_MINUTE = 60.0
+_BUILD_LIMIT_S = {Profile.GPU: 120 * _MINUTE, Profile.CPU: 45 * _MINUTE}
+_SHIP_LIMIT_S = 60 * _MINUTE  # a GPU engine image is ~20 GB over ssh
+_START_LIMIT_S = 10 * _MINUTE
+_SLACK_S = _MINUTE  # a wait's task outlives the wait's own deadline by this much
+
+
+class _Builder:
+    """Tasks made and wired (``>>``) where they are declared, each once."""
+
+    def __init__(self, plan: Plan, options: RunOptions) -> None:
+        self.plan, self.options = plan, options
+        self.tasks: list[Task] = []
+
+    def add(
+        self,
+        name: str,
+        function: Callable[[RunContext], str | None],
+        description: str,
+        limit_s: float,
+        *after: Task | None,
+        teardown: bool = False,
+    ) -> Task:
+        task = Task(name, function, description, timeout_s=limit_s, teardown=teardown)
+        for upstream in after:
+            if upstream is not None:
+                upstream >> task
+        self.tasks.append(task)
+        return task
+
+    def on(self, base: str, host: str) -> str:
+        return f"{base}@{host}" if self.plan.is_multi_host else base
+
+    def wait_limit_s(self, deadline_s: float) -> float:
+        return deadline_s * self.options.wait_scale + _SLACK_S
+
+
+def build_graph(plan: Plan, options: RunOptions | None = None) -> Graph:
+    g = _Builder(plan, options or RunOptions())
+    render = g.add("render", prepare.render_files, "write compose/ and images/", _MINUTE)
+    preflight = g.add(
+        "preflight",
+        prepare.check_hosts,
+        "each host's Docker engine answers, then doctor's "
+        "cheap checks (ports, GPUs, shm, disk) where they can run",
+        5 * _MINUTE,
+        render,
+    )
+    wheels = g.add(
+        "wheels",
+        prepare.fetch_wheels,
+        "download the wheels the images install",
+        30 * _MINUTE,
+        preflight,
+    )
+    limit = _BUILD_LIMIT_S[plan.profile]
+    engines = g.add(
+        "build-engines",
+        prepare.build_engine_images,
+        "build the prefill/decode/lmcache images on this machine's engine",
+        limit,
+        wheels,
+    )
+    router = g.add(
+        "build-router", prepare.build_router_image, "build the router image", limit, wheels
+    )
+    waits = [w for host in plan.hosts for w in _engine_part(g, host.name, engines, router)]
+    _router_part(g, waits, router)
+    return Graph(g.tasks)
+
+
+def _ship(g: _Builder, host: str, built: list[Task]) -> Task | None:
+    """Images to a host whose engine is not this machine's (no registry: save | load)."""
+    if not g.plan.host(host).services or not prepare.needs_shipping(g.plan, host):
+        return None
+    return g.add(
+        g.on("ship", host),
+        prepare.ship_images_to(host),
+        f"{host}: copy the images its services use to its Docker engine",
+        _SHIP_LIMIT_S,
+        *built,
+    )
+
+
+def _engine_part(g: _Builder, host: str, engines_built: Task, router_built: Task) -> list[Task]:
+    engines = g.plan.engines_on(host)
+    if not engines:
+        return []
+    ready = _ship(g, host, [engines_built, router_built]) or engines_built
+    ready = _sidecar_part(g, host, ready)
+    names = [engine.name for engine in engines]
+    started = g.add(
+        g.on("start-engines", host),
+        services.start_services(host, names),
+        f"{host}: start {', '.join(names)}",
+        _START_LIMIT_S,
+        ready,
+    )
+    limit = g.wait_limit_s(services.engine_deadline_s(g.plan))
+    return [
+        g.add(
+            f"wait-{engine.name}",
+            services.wait_engine(engine),
+            f"{engine.name}: /health, then /v1/models lists the model",
+            limit,
+            started,
+        )
+        for engine in engines
+    ]
+
+
+def _sidecar_part(g: _Builder, host: str, ready: Task) -> Task:
+    """nixl-mp: one `lmcache server` per engine, healthy before the engines start."""
+    sidecars = services.sidecars_on(g.plan, host)
+    if not sidecars:
+        return ready
+    kind = "-".join(sorted({s.role for s in g.plan.sidecars if s.service in sidecars}))
+    start = g.add(
+        g.on(f"start-{kind}", host),
+        services.start_services(host, sidecars),
+        f"{host}: start {', '.join(sidecars)}",
+        _START_LIMIT_S,
+        ready,
+    )
+    return g.add(
+        g.on(f"wait-{kind}", host),
+        services.wait_healthy(host, sidecars),
+        f"{host}: their own health checks (Docker's health state)",
+        g.wait_limit_s(services.SIDECAR_DEADLINE_S),
+        start,
+    )
+
+
+def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
+    host = g.plan.router.host
+    shipped = _ship(g, host, [router_built]) if not g.plan.engines_on(host) else None
+    start = g.add(
+        "start-router",
+        services.start_router,
+        "start the router",
+        _START_LIMIT_S,
+        *waits,
+        router_built,
+        shipped,
+    )
+    wait = g.add(
+        "wait-router",
+        services.wait_router,
+        "router /health, then one routed request",
+        g.wait_limit_s(services.ROUTER_DEADLINE_S),
+        start,
+    )
+    smoke = g.add(
+        "smoke",
+        verdict.smoke,
+        "completion + streaming chat; verdict from the engines' own counters",
+        15 * _MINUTE,
+        wait,
+    )
+    bench = g.add(
+        "bench",
+        verdict.bench,
+        "vLLM's serving benchmark through the router (optional)",
+        120 * _MINUTE,
+        smoke,
+    )
+    g.add(
+        "down",
+        verdict.down,
+        "remove the stack on every host (--down or --teardown-on-failure)",
+        10 * _MINUTE,
+        bench,
+        teardown=True,
+    )
+
+
+def default_selection(graph: Graph, context: RunContext, start_from: str | None) -> set[str]:
+    names = set(graph.order)
+    if start_from is not None:
+        graph.task(start_from)  # a clear error for an unknown name
+        names = graph.downstream_of(start_from)
+    if not context.options.bench:
+        names.discard("bench")
+    if not (context.options.down or context.options.teardown_on_failure):
+        names.discard("down")
+    return names

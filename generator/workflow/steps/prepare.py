@@ -1,0 +1,159 @@
+"""Tasks before anything starts: render, preflight of every host, wheels, image builds on
+this machine's engine, and shipping images to the hosts' own engines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from generator.errors import StackError
+from generator.plan import Plan
+from generator.render.writer import write_rendered
+from generator.workflow.context import RunContext
+from generator.workflow.hosts import HostStack
+from generator.workflow.report import EventLevel
+from generator.workflow.task import SkipTask
+
+__all__ = [
+    "build_engine_images",
+    "build_router_image",
+    "check_hosts",
+    "fetch_wheels",
+    "needs_shipping",
+    "render_files",
+    "ship_images_to",
+]
+
+_REACH_TIMEOUT_S = 20.0
+_LINE_EVERY_S = 20.0  # how often a long build or copy prints a progress line
+
+
+def render_files(context: RunContext) -> str:
+    written = write_rendered(context.rendered, context.workspace.root)
+    return f"{len(written)} files"
+
+
+def check_hosts(context: RunContext) -> str:
+    """Every host's engine answers (nothing starts otherwise), then doctor's cheap checks on
+    the hosts this machine is (they read this machine's ports, GPUs and /dev/shm)."""
+    from generator.docker import check_reachable, ensure_image
+
+    for stack in context.hosts.values():
+        check_reachable(stack.endpoint, timeout_s=_REACH_TIMEOUT_S)
+    for image in context.rendered.images:
+        ensure_image(image.from_image)
+    checked = [_doctor_checks(context, stack) for stack in context.hosts.values() if stack.local]
+    remote = [name for name, stack in context.hosts.items() if not stack.local]
+    summary = f"{len(context.hosts)} engine(s) answer; " + ", ".join(checked)
+    if remote:
+        context.progress(
+            f"hosts {', '.join(remote)}: run `python -m generator doctor "
+            f"{context.plan.stack} --host NAME` on each for its host checks",
+            EventLevel.WARN,
+        )
+    return summary
+
+
+def _doctor_checks(context: RunContext, stack: HostStack) -> str:
+    from generator.doctor import check_host as doctor_checks
+    from generator.doctor.report import Verdict
+
+    running = frozenset(s.service for s in stack.compose.ps() if s.status == "running")
+    _, report = doctor_checks(
+        context.plan, context.rendered, context.workspace, host=stack.name, running=running
+    )
+    context.record.add_result(f"preflight-{stack.name}", report.as_dict())
+    for row in report.rows:
+        if row.verdict is Verdict.WARN:
+            context.progress(f"{row.check}: {row.found} ({row.fix})", EventLevel.WARN)
+    blocking = [row for row in report.rows if row.blocking]
+    if blocking:
+        lines = "\n".join(f"  {r.check}: {r.found} (expected {r.expected})" for r in blocking)
+        raise StackError(
+            f"{len(blocking)} preflight check(s) failed on host {stack.name}:\n{lines}",
+            hint=blocking[0].fix + f" (python -m generator doctor {context.plan.stack} shows all)",
+        )
+    busy = f", {len(running)} services already running" if running else ""
+    return f"{stack.name}: {len(report.rows)} checks passed{busy}"
+
+
+def fetch_wheels(context: RunContext) -> str:
+    from generator.wheelhouse import fill_wheelhouse
+
+    return fill_wheelhouse(context.plan, context.workspace, _every(context, "wheels"))
+
+
+def _every(context: RunContext, what: str) -> Callable[[str], None]:
+    """A line callback for long output: stops a given-up task, prints a line now and then."""
+    last = [time.monotonic()]
+
+    def on_line(line: str) -> None:
+        context.raise_if_cancelled()
+        if time.monotonic() - last[0] > _LINE_EVERY_S:
+            last[0] = time.monotonic()
+            context.progress(f"{what}: {line[:100]}")
+
+    return on_line
+
+
+def _images_of(context: RunContext, roles: set[str]) -> dict[str, tuple[HostStack, str]]:
+    """Each image tag of these roles, with one (host, service) whose build section makes it."""
+    found: dict[str, tuple[HostStack, str]] = {}
+    for stack in context.hosts.values():
+        for service in stack.project.host_services.services:
+            if service.role in roles and service.image.tag not in found:
+                found[service.image.tag] = (stack, service.name)
+    return found
+
+
+def _build(context: RunContext, roles: set[str], log_name: str) -> str:
+    """Builds run on this machine's engine, whatever host the services go to (then shipped):
+    the build cache and the base images are here."""
+    from generator.docker import image_exists
+
+    images = _images_of(context, roles)
+    if not context.options.rebuild and all(image_exists(tag) for tag in images):
+        raise SkipTask(f"present: {', '.join(images)}")  # tags hash their inputs
+    log_path = context.record.logs_dir / log_name
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    progress = _every(context, f"building {', '.join(sorted(roles))}")
+    with log_path.open("w", encoding="utf-8") as log:
+
+        def on_line(line: str) -> None:
+            log.write(line + "\n")
+            progress(line)
+
+        for stack in {id(s): s for s, _ in images.values()}.values():
+            services = [name for s, name in images.values() if s is stack]
+            stack.builder.build(services, on_line)
+    return f"{time.monotonic() - started:.0f} s, log {log_path.relative_to(context.run_dir)}"
+
+
+def build_engine_images(context: RunContext) -> str:
+    # One service per image is enough: the tag is shared; the roles share their base stages,
+    # which the build cache makes once.
+    return _build(context, {"prefill", "decode", "lmcache"}, "build-engines.log")
+
+
+def build_router_image(context: RunContext) -> str:
+    return _build(context, {"router"}, "build-router.log")
+
+
+def needs_shipping(plan: Plan, host: str) -> bool:
+    return plan.host(host).docker is not None
+
+
+def ship_images_to(host: str) -> Callable[[RunContext], str]:
+    def ship(context: RunContext) -> str:
+        from generator.docker import LOCAL, transfer_images
+
+        stack = context.hosts[host]
+        tags = sorted({s.image.tag for s in stack.project.host_services.services})
+        report = transfer_images(tags, LOCAL, stack.endpoint, _every(context, host))
+        if not report.sent:
+            raise SkipTask(f"already on {stack.endpoint.label}")
+        size = f"{report.bytes_sent >> 20} MiB in {report.seconds:.0f} s"
+        return f"{len(report.sent)} of {len(tags)} image(s), {size}"
+
+    return ship

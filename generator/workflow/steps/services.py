@@ -1,0 +1,136 @@
+"""Tasks that start services on their hosts and wait until they really work: health from the
+plan's addresses (engines, router), or the container's own health check where a service
+listens on its host's loopback only (LMCache servers)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from generator.docker import ServiceState
+from generator.errors import StackError
+from generator.plan import EnginePlan, Plan
+from generator.probes import wait_until_ready
+from generator.probes.readiness import engine_checks, routed_request, router_checks
+from generator.spec import Profile
+from generator.workflow.context import RunContext
+from generator.workflow.hosts import HostStack
+
+__all__ = [
+    "ROUTER_DEADLINE_S",
+    "SIDECAR_DEADLINE_S",
+    "engine_deadline_s",
+    "sidecars_on",
+    "start_router",
+    "start_services",
+    "wait_engine",
+    "wait_healthy",
+    "wait_router",
+]
+
+SIDECAR_DEADLINE_S = 120.0
+ROUTER_DEADLINE_S = 120.0
+_ENGINE_DEADLINE_S = {Profile.GPU: 1800.0, Profile.CPU: 300.0}
+_LOG_TAIL = 40
+_ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
+_HEALTH_POLL_S = 1.0
+
+
+def engine_deadline_s(plan: Plan) -> float:
+    return _ENGINE_DEADLINE_S[plan.profile]
+
+
+def sidecars_on(plan: Plan, host: str) -> list[str]:
+    """Services the engines of ``host`` need healthy first (nixl-mp: their LMCache servers)."""
+    return [sidecar.service for sidecar in plan.sidecars if sidecar.host == host]
+
+
+def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
+    def start(context: RunContext) -> str:
+        context.hosts[host].compose.up(names)
+        return ", ".join(names)
+
+    return start
+
+
+def _state_of(stack: HostStack, service: str, *, max_age_s: float) -> ServiceState | None:
+    return next((s for s in stack.compose.ps(max_age_s=max_age_s) if s.service == service), None)
+
+
+def _alive(context: RunContext, service: str) -> Callable[[], None]:
+    stack = context.host_of(service)
+    where = f" (host {stack.name})" if context.plan.is_multi_host else ""
+
+    def assert_alive() -> None:
+        context.raise_if_cancelled()
+        state = _state_of(stack, service, max_age_s=_ALIVE_EVERY_S)
+        if state is None or state.exited:
+            state = _state_of(stack, service, max_age_s=0.0)  # bad news is confirmed fresh
+        if state is None or state.exited:
+            code = state.exit_code if state else None
+            tail = stack.compose.logs(service, tail=_LOG_TAIL)
+            raise StackError(
+                f"{service}{where} exited (code {code}) while we waited for it; "
+                f"last log lines:\n{tail}",
+                hint=f"fix the cause (stack kept; python -m generator logs "
+                f"{context.plan.stack} {service})",
+            )
+
+    return assert_alive
+
+
+def wait_healthy(host: str, names: list[str]) -> Callable[[RunContext], str]:
+    """Docker's own health state of each service (its check runs inside the container)."""
+
+    def wait(context: RunContext) -> str:
+        stack = context.hosts[host]
+        deadline_s = SIDECAR_DEADLINE_S * context.options.wait_scale
+        started = time.monotonic()
+        pending = set(names)
+        while pending:
+            for name in sorted(pending):
+                _alive(context, name)()
+                state = _state_of(stack, name, max_age_s=_HEALTH_POLL_S)
+                if state is not None and state.health == "healthy":
+                    pending.discard(name)
+            if pending and time.monotonic() - started > deadline_s:
+                raise StackError(
+                    f"{', '.join(sorted(pending))} not healthy after {deadline_s:.0f} s",
+                    hint=f"python -m generator logs {context.plan.stack} {min(pending)}",
+                )
+            time.sleep(_HEALTH_POLL_S if pending else 0)
+        return f"{len(names)} healthy in {time.monotonic() - started:.0f} s"
+
+    return wait
+
+
+def wait_engine(engine: EnginePlan) -> Callable[[RunContext], str]:
+    def wait(context: RunContext) -> str:
+        seconds = wait_until_ready(
+            engine.name,
+            engine_checks(context.plan, engine),
+            deadline_s=engine_deadline_s(context.plan) * context.options.wait_scale,
+            assert_alive=_alive(context, engine.name),
+            progress=context.progress,
+        )
+        return f"ready in {seconds:.0f} s"
+
+    return wait
+
+
+def start_router(context: RunContext) -> str:
+    context.router_host.compose.up([context.plan.router.service])
+    return context.plan.router.kind.value
+
+
+def wait_router(context: RunContext) -> str:
+    service = context.plan.router.service
+    seconds = wait_until_ready(
+        service,
+        router_checks(context.plan),
+        deadline_s=ROUTER_DEADLINE_S * context.options.wait_scale,
+        assert_alive=_alive(context, service),
+        progress=context.progress,
+    )
+    routed_request(context.plan)
+    return f"healthy in {seconds:.0f} s, routed request OK"

@@ -1,0 +1,60 @@
+"""Tasks after the stack is up: the smoke verdict, the optional benchmark, teardown."""
+
+from __future__ import annotations
+
+import json
+
+from generator.errors import StackError
+from generator.workflow.context import RunContext
+from generator.workflow.task import SkipTask
+
+__all__ = ["bench", "down", "smoke"]
+
+# A GET from inside a container (every image has python3); the URL is an argument, not code.
+_GET = [
+    "python3",
+    "-c",
+    "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=10).read()"
+    ".decode())",
+]
+
+
+def smoke(context: RunContext) -> str:
+    from generator.probes import run_smoke
+
+    def logs(services: list[str]) -> str:
+        return "\n".join(context.host_of(name).compose.logs(name) for name in services)
+
+    def read_inside(service: str, url: str) -> str:
+        return context.host_of(service).compose.execute(service, [*_GET, url])
+
+    result = run_smoke(
+        context.plan, nonce=context.record.run_id, read_inside=read_inside, logs=logs
+    )
+    context.record.add_result("smoke", result.as_dict())
+    context.verdict = result
+    if not result.passed:
+        failed = [row.check for row in result.rows if row.passed is False]
+        raise StackError(
+            "smoke verdict FAILED: "
+            + "; ".join(failed)
+            + " (P/D answered, but the KV path is not proven)",
+            hint="read the verdict table above and the decode logs (KV Transfer metrics lines)",
+        )
+    return f"verdict PASS, {result.prompt_tokens}-token prompt"
+
+
+def bench(context: RunContext) -> str:
+    from generator.workflow.bench import run_bench
+
+    summary = run_bench(context)
+    context.record.add_result("bench", summary)
+    return json.dumps(summary)[:120]
+
+
+def down(context: RunContext) -> str:
+    if not context.options.down and not context.failed():
+        raise SkipTask("nothing failed; stack kept (use --down to remove it)")
+    for stack in context.hosts.values():
+        stack.compose.down()
+    return f"containers and networks removed on {', '.join(context.hosts)}"

@@ -1,0 +1,141 @@
+"""Multi-host `up` for real: cpu-2host across two Docker engines, each in its own network
+namespace with its own address (tests/integration/hosts.py), each reached as its own docker
+context. The prefiller and its LMCache server run on hosta, the decoder, its LMCache server
+and vllm-router on hostb; KV crosses the "hosts" over NIXL. Images are built on this
+machine's engine and shipped to each host's engine (no registry)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from generator.docker import LOCAL, ComposeStack, DockerEndpoint
+from tests.integration.conftest import cli, workspace_copy
+from tests.integration.hosts import NetnsHost, NetnsHosts
+
+pytestmark = pytest.mark.stack
+STACK = "cpu-2host"
+RUN_ID = f"pytest-2host-{int(time.time())}"
+
+
+def host_flags(a: NetnsHost, b: NetnsHost) -> list[str]:
+    assignments = [
+        f"hosts.0.address={a.address}",
+        f"hosts.0.docker.context={a.context}",
+        f"hosts.1.address={b.address}",
+        f"hosts.1.docker.context={b.context}",
+    ]
+    return [flag for assignment in assignments for flag in ("--set", assignment)]
+
+
+def project_on(root: Path, host: NetnsHost, folder: str) -> ComposeStack:
+    compose_file = root / "compose" / STACK / folder / "compose.yaml"
+    return ComposeStack(compose_file, f"xpyd-{STACK}-{folder}", endpoint=host.endpoint)
+
+
+def running(stack: ComposeStack) -> set[str]:
+    return {state.service for state in stack.ps() if state.status == "running"}
+
+
+@pytest.fixture(scope="module")
+def root(scratch_root: Path) -> Path:
+    return workspace_copy(scratch_root / "2host")
+
+
+def test_an_unreachable_host_fails_before_anything_starts(
+    netns_hosts: NetnsHosts, root: Path
+) -> None:
+    dead = f"xpyd-dead-{time.monotonic_ns() % 100000}"
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        socket = f"unix://{Path(folder) / 'docker.sock'}"  # nobody serves it
+        create = ["docker", "context", "create", dead, "--docker", f"host={socket}"]
+        subprocess.run(create, check=True, capture_output=True)
+        try:
+            flags = host_flags(netns_hosts.a, netns_hosts.b)
+            flags[-1] = f"hosts.1.docker.context={dead}"
+            result = cli("up", STACK, *flags, "--run-id", f"{RUN_ID}-dead", root=root)
+        finally:
+            subprocess.run(
+                ["docker", "context", "rm", "-f", dead], check=False, capture_output=True
+            )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "task preflight failed" in result.stderr
+    assert f"host host-b's Docker engine (context {dead})" in result.stderr
+    assert f"docker --context {dead} info" in result.stderr  # the fix names the check
+    record = json.loads((root / "runs" / f"{RUN_ID}-dead" / "run.json").read_text())
+    assert record["tasks"]["build-engines"]["state"] == "upstream_failed"
+    assert running(project_on(root, netns_hosts.a, "host-a")) == set()
+
+
+@pytest.fixture(scope="module")
+def stack_up(netns_hosts: NetnsHosts, root: Path) -> dict[str, Any]:
+    result = cli(
+        "up", STACK, *host_flags(netns_hosts.a, netns_hosts.b), "--run-id", RUN_ID, root=root
+    )
+    print(result.stderr[-6000:], result.stdout[-6000:])
+    assert result.returncode == 0, result.stderr[-4000:]
+    record: dict[str, Any] = json.loads((root / "runs" / RUN_ID / "run.json").read_text())
+    return record
+
+
+def test_up_runs_each_host_on_its_own_engine_and_kv_crosses_hosts(
+    netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]
+) -> None:
+    tasks = stack_up["tasks"]
+    for name in ("ship@host-a", "ship@host-b", "start-lmcache@host-a", "start-engines@host-b"):
+        assert tasks[name]["state"] == "success", (name, tasks[name])
+    assert running(project_on(root, netns_hosts.a, "host-a")) == {"prefill-0", "lmcache-prefill-0"}
+    assert running(project_on(root, netns_hosts.b, "host-b")) == {
+        "decode-0",
+        "lmcache-decode-0",
+        "router",
+    }
+    # Nothing of the stack on this machine's own engine.
+    local = ComposeStack(
+        root / "compose" / STACK / "host-b" / "compose.yaml", "xpyd-cpu-2host-host-b"
+    )
+    assert local.endpoint == LOCAL
+    assert running(local) == set()
+    rows = {row["check"]: row for row in stack_up["results"]["smoke"]["rows"]}
+    assert stack_up["results"]["smoke"]["passed"] is True
+    assert float(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 0
+    assert rows["NIXL bytes transferred"]["passed"] is True
+    speed = rows["KV path speed (NIXL reads, per request)"]["observed"]
+    assert speed.endswith("over tcp"), speed
+
+
+def test_status_logs_and_down_act_on_every_host(
+    netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]
+) -> None:
+    status = cli("status", STACK, root=root)
+    assert status.returncode == 0, status.stderr
+    assert "xpyd-cpu-2host-host-a (host host-a)" in status.stdout
+    assert "xpyd-cpu-2host-host-b (host host-b)" in status.stdout
+    logs = cli("logs", STACK, "prefill-0", "--tail", "200", root=root)
+    assert logs.returncode == 0, logs.stderr
+    assert "Application startup complete" in logs.stdout
+    one_host = cli("status", STACK, "--host", "host-b", root=root)
+    assert "host-a" not in one_host.stdout
+    assert "router" in one_host.stdout
+    down = cli("down", STACK, root=root)
+    assert down.returncode == 0, down.stderr
+    assert "removed xpyd-cpu-2host-host-a on host-a" in down.stderr
+    for host, folder in ((netns_hosts.a, "host-a"), (netns_hosts.b, "host-b")):
+        assert project_on(root, host, folder).ps() == []
+
+
+def test_the_endpoints_in_the_rendered_plan_are_the_contexts(
+    netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]
+) -> None:
+    plan = json.loads((root / "compose" / STACK / "plan.json").read_text())
+    engines = {
+        host["name"]: DockerEndpoint(host=host["name"], **host["docker"]) for host in plan["hosts"]
+    }
+    assert engines["host-a"].context == netns_hosts.a.context
+    assert engines["host-b"].context == netns_hosts.b.context
