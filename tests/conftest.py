@@ -57,10 +57,8 @@ def pytest_runtest_makereport(
     return report
 
 
-@pytest.fixture(scope="session")
-def cpu_engine_image() -> str:
-    """The cpu-1p1d prefill image (vLLM CPU, torch, NIXL, the KV probe), built when missing,
-    as `up` would build it."""
+def cpu_1p1d_image(service: str) -> str:
+    """The image of a cpu-1p1d service, built when missing, as `up` would build it."""
     from generator.docker import ComposeStack, docker_available, image_exists
     from generator.plan import make_plan
     from generator.render import render_stack
@@ -74,9 +72,15 @@ def cpu_engine_image() -> str:
     plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     rendered = render_stack(plan, workspace)
     (project,) = rendered.projects
-    tag: str = project.document["services"]["prefill-0"]["image"]
+    tag: str = project.document["services"][service]["image"]
     if not image_exists(tag):
         write_rendered(rendered, ROOT)
         fill_wheelhouse(plan, workspace, lambda _line: None)
-        ComposeStack(ROOT / project.compose_file, project.name).build(["prefill-0"], print)
+        ComposeStack(ROOT / project.compose_file, project.name).build([service], print)
     return tag
+
+
+@pytest.fixture(scope="session")
+def cpu_engine_image() -> str:
+    """The cpu-1p1d prefill image (vLLM CPU, torch, NIXL, the KV probe)."""
+    return cpu_1p1d_image("prefill-0")

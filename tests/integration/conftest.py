@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.docker import ComposeStack, ServiceState, docker_available, image_exists
-from generator.paths import Workspace
+from generator.docker import ComposeStack, ServiceState, docker_available
+from tests.conftest import cpu_1p1d_image
 from tests.integration.hosts import NetnsHosts, missing_tools, running_hosts
 from tests.tools import run_cli
 
@@ -79,20 +79,5 @@ def netns_hosts() -> Iterator[NetnsHosts]:
 
 @pytest.fixture(scope="session")
 def router_image() -> str:
-    """The cpu-1p1d router image (~300 MB, with Python), built when missing as `up` would."""
-    from generator.plan import make_plan
-    from generator.render import render_stack
-    from generator.render.writer import write_rendered
-    from generator.spec import load_spec
-    from generator.wheelhouse import fill_wheelhouse
-
-    workspace = Workspace(ROOT)
-    plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
-    rendered = render_stack(plan, workspace)
-    (project,) = rendered.projects
-    tag: str = project.document["services"]["router"]["image"]
-    if not image_exists(tag):
-        write_rendered(rendered, ROOT)
-        fill_wheelhouse(plan, workspace, lambda _line: None)
-        ComposeStack(ROOT / project.compose_file, project.name).build(["router"], print)
-    return tag
+    """The cpu-1p1d router image (~300 MB, with Python)."""
+    return cpu_1p1d_image("router")
