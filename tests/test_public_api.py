@@ -62,7 +62,7 @@ PUBLIC = {
         "image_id",
         "transfer_images",
     },
-    "generator.workflow.engines": {"host_endpoint", "host_endpoints"},
+    "generator.workflow.engines": {"endpoint_of", "host_endpoint", "host_endpoints"},
     "generator.doctor.isolation": {
         "ContainerView",
         "PidNamespace",

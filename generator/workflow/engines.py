@@ -5,15 +5,20 @@ from __future__ import annotations
 from generator.docker import DockerEndpoint
 from generator.errors import PlanError
 from generator.plan import HostPlan, Plan
+from generator.spec import DockerAccess
 
-__all__ = ["host_endpoint", "host_endpoints"]
+__all__ = ["endpoint_of", "host_endpoint", "host_endpoints"]
+
+
+def endpoint_of(host: str, access: DockerAccess | None) -> DockerEndpoint:
+    """The engine that ``hosts[].docker`` names for ``host`` (none: the local one)."""
+    if access is None:
+        return DockerEndpoint(host=host)
+    return DockerEndpoint(host=host, context=access.context, url=access.url)
 
 
 def host_endpoint(host: HostPlan) -> DockerEndpoint:
-    access = host.docker
-    if access is None:
-        return DockerEndpoint(host=host.name)
-    return DockerEndpoint(host=host.name, context=access.context, url=access.url)
+    return endpoint_of(host.name, host.docker)
 
 
 def host_endpoints(plan: Plan) -> dict[str, DockerEndpoint]:

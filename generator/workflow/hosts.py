@@ -10,7 +10,7 @@ from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.plan import HostPlan, Plan
 from generator.render import ComposeProject, RenderedStack
-from generator.workflow.engines import host_endpoints
+from generator.workflow.engines import endpoint_of, host_endpoints
 
 __all__ = ["HostStack", "host_stacks", "rendered_stacks"]
 
@@ -67,11 +67,7 @@ def rendered_stacks(
             continue
         if service is not None and service not in rendered.services:
             continue
-        endpoint = DockerEndpoint(
-            host=rendered.host,
-            context=rendered.docker.context if rendered.docker else None,
-            url=rendered.docker.url if rendered.docker else None,
-        )
+        endpoint = endpoint_of(rendered.host, rendered.docker)
         compose = ComposeStack(rendered.compose_file, rendered.project, endpoint=endpoint)
         check_reachable(endpoint, timeout_s=_REACH_TIMEOUT_S)
         found.append((rendered.host, compose))

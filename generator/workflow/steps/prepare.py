@@ -10,6 +10,7 @@ from generator.errors import StackError
 from generator.plan import Plan
 from generator.render.writer import write_rendered
 from generator.workflow.context import RunContext
+from generator.workflow.engines import host_endpoint
 from generator.workflow.hosts import HostStack
 from generator.workflow.report import EventLevel
 from generator.workflow.task import SkipTask
@@ -141,7 +142,8 @@ def build_router_image(context: RunContext) -> str:
 
 
 def needs_shipping(plan: Plan, host: str) -> bool:
-    return plan.host(host).docker is not None
+    """Images are built on this machine's engine: only other engines need a copy."""
+    return not host_endpoint(plan.host(host)).is_local
 
 
 def ship_images_to(host: str) -> Callable[[RunContext], str]:
