@@ -22,6 +22,7 @@ from generator.plan.models import (
     UcxPlan,
 )
 from generator.plan.parts import (
+    ColocatedTopology,
     EngineKV,
     LMCachePDReceiverKV,
     LMCachePDSenderKV,
@@ -29,6 +30,7 @@ from generator.plan.parts import (
     LMCacheServerPlan,
     NixlMPEngineKV,
     NixlMPTopology,
+    NoKV,
     ProxyRouterPlan,
     RouterPlan,
     SidecarPlan,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from generator.spec import Spec
 
 __all__ = [
+    "ColocatedTopology",
     "EngineKV",
     "EnginePlan",
     "HFPlan",
@@ -52,6 +55,7 @@ __all__ = [
     "Network",
     "NixlMPEngineKV",
     "NixlMPTopology",
+    "NoKV",
     "Plan",
     "PortUse",
     "ProxyRouterPlan",

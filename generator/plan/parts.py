@@ -15,6 +15,7 @@ from generator.plan.frozen import Frozen
 from generator.spec import RouterKind, Topology
 
 __all__ = [
+    "ColocatedTopology",
     "EngineKV",
     "LMCachePDReceiverKV",
     "LMCachePDSenderKV",
@@ -22,6 +23,7 @@ __all__ = [
     "LMCacheServerPlan",
     "NixlMPEngineKV",
     "NixlMPTopology",
+    "NoKV",
     "ProxyRouterPlan",
     "RouterPlan",
     "SidecarPlan",
@@ -67,7 +69,13 @@ class NixlMPTopology(Frozen):
     server_extra_args: tuple[str, ...] = ()
 
 
-TopologyPlan = Annotated[LMCachePDTopology | NixlMPTopology, Field(discriminator="kind")]
+class ColocatedTopology(Frozen):
+    kind: Literal[Topology.COLOCATED] = Topology.COLOCATED
+
+
+TopologyPlan = Annotated[
+    LMCachePDTopology | NixlMPTopology | ColocatedTopology, Field(discriminator="kind")
+]
 
 
 # --- an engine's KV part -------------------------------------------------------------------
@@ -115,8 +123,17 @@ class LMCachePDReceiverKV(Frozen):
         return f"init {span(self.init_ports)} alloc {span(self.alloc_ports)}"
 
 
+class NoKV(Frozen):
+    """colocated: the engine moves no KV (no connector, no KV ports)."""
+
+    kind: Literal["none"] = "none"
+
+    def describe(self) -> str:
+        return "-"
+
+
 EngineKV = Annotated[
-    NixlMPEngineKV | LMCachePDSenderKV | LMCachePDReceiverKV, Field(discriminator="kind")
+    NixlMPEngineKV | LMCachePDSenderKV | LMCachePDReceiverKV | NoKV, Field(discriminator="kind")
 ]
 
 

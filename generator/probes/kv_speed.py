@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from generator.errors import XpydError
 from generator.kvprobe.nixl_kv_probe import summarize_transports
 from generator.plan import Plan
 from generator.probes.http import metric_sum, scrape_metrics
@@ -66,7 +67,13 @@ class KvCounters:
 def kv_side(plan: Plan) -> KvSpeedSource:
     """Whose counters tell, and the UCX operation that carries the KV there (the topology's
     data: nixl-mp decoders READ, lmcache-pd prefillers WRITE)."""
-    return topology_of(plan).verdict_sources(plan).kv_speed
+    sources = topology_of(plan).verdict_sources(plan)
+    if sources is None:
+        raise XpydError(
+            f"{plan.stack} is {plan.topology.kind.value}: its engines move no KV to measure",
+            hint="measure the KV path of a P/D stack (lmcache-pd or nixl-mp)",
+        )
+    return sources.kv_speed
 
 
 def read_counters(client: httpx.Client, plan: Plan) -> KvCounters:

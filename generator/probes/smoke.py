@@ -12,9 +12,10 @@ from typing import Any
 
 import httpx
 
-from generator.plan import Plan
+from generator.plan import ColocatedTopology, Plan
 from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
 from generator.probes.kv_speed import (
+    KvCounters,
     kv_speed_row,
     read_counters,
     transport_in_logs,
@@ -26,12 +27,21 @@ from generator.routers import router_of
 from generator.spec import Profile
 from generator.topologies import VerdictSources, topology_of
 
-__all__ = ["ReadInside", "SmokeResult", "VerdictRow", "run_smoke"]
+__all__ = [
+    "SMOKE_MAX_TOKENS",
+    "ReadInside",
+    "SmokeResult",
+    "VerdictRow",
+    "chat_stream",
+    "complete",
+    "run_smoke",
+    "sized_prompt",
+]
 
 ReadInside = Callable[[str, str], str]
 
 _SOURCE = "vllm:prompt_tokens_by_source_total"
-_MAX_TOKENS = 16
+SMOKE_MAX_TOKENS = 16
 _SMOKE_REQUESTS = 2  # a completion and a streaming chat completion
 _SENTENCE = (
     "prefill decode cache tensor router token stream latency batch kernel memory transfer "
@@ -51,19 +61,24 @@ def run_smoke(
     """``read_inside(service, url)`` is the body of a GET of ``url`` made inside that
     service's container; ``logs(services)`` those services' logs (where UCX names its
     transport)."""
+    sources = topology_of(plan).verdict_sources(plan)
+    if sources is None:  # no KV moves: the colocated verdict
+        from generator.probes.colocated import run_colocated_smoke
+
+        return run_colocated_smoke(plan, nonce=nonce, timeout_s=timeout_s)
     router = router_url(plan)
     model = plan.model.served_name
-    sources = topology_of(plan).verdict_sources(plan)
     headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
     with httpx.Client(timeout=timeout_s) as client:
         before = _decode_metrics(client, plan)
         objects_before = _lmcache_objects(sources, read_inside)
-        prompt = _long_prompt(client, plan, model, nonce)
-        chat_prompt = _long_prompt(client, plan, model, nonce + "-chat")
+        tokens = _kv_prompt_tokens(plan)
+        prompt = sized_prompt(client, plan, nonce, tokens)
+        chat_prompt = sized_prompt(client, plan, nonce + "-chat", tokens)
         kv_start = read_counters(client, plan)
-        completion = _complete(client, router, model, prompt, headers)
+        completion = complete(client, router, model, prompt, headers)
         kv_mid = wait_for_transfers(client, plan, kv_start)
-        chat_text, chunks = _chat_stream(client, router, model, chat_prompt, headers)
+        chat_text, chunks = chat_stream(client, router, model, chat_prompt, headers)
         kv_end = wait_for_transfers(client, plan, kv_mid)
         after = _decode_metrics(client, plan)
         objects_after = _lmcache_objects(sources, read_inside)
@@ -74,8 +89,8 @@ def run_smoke(
         VerdictRow(
             "completion via router",
             f"{usage.get('completion_tokens', 0)} tokens",
-            f"{_MAX_TOKENS} tokens",
-            usage.get("completion_tokens") == _MAX_TOKENS,
+            f"{SMOKE_MAX_TOKENS} tokens",
+            usage.get("completion_tokens") == SMOKE_MAX_TOKENS,
         ),
         VerdictRow(
             "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
@@ -87,7 +102,18 @@ def run_smoke(
         _stickiness_row(plan, router, model, headers),
     ]
     text = completion["choices"][0].get("text", "") if completion.get("choices") else ""
-    return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))
+    transfers = tuple(_transfer(name, counters, transport) for name, counters in per_request)
+    return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)), transfers)
+
+
+def _transfer(request: str, counters: KvCounters, transport: str | None) -> dict[str, Any]:
+    return {
+        "request": request,
+        "mib": counters.bytes / (1 << 20),
+        "ms": counters.seconds * 1e3,
+        "gib_s": counters.gib_s,
+        "transport": transport,
+    }
 
 
 def _decode_metrics(client: httpx.Client, plan: Plan) -> MetricSamples:
@@ -111,34 +137,40 @@ def _lmcache_objects(sources: VerdictSources, read_inside: ReadInside) -> dict[s
     return counts
 
 
-def _long_prompt(client: httpx.Client, plan: Plan, model: str, nonce: str) -> str:
-    """A fresh prompt (the nonce defeats prefix caches) of a few LMCache chunks, sized with
-    the decoder's own tokenizer to stay inside max_model_len."""
-    chunk = plan.topology.chunk_size
-    limit = (plan.model.max_model_len or 4096) - _MAX_TOKENS - 64
-    # On GPUs a few thousand tokens (hundreds of MiB of KV): a transfer of microseconds would
-    # be timed mostly by vLLM's completion polling, not by the link.
-    wanted = 3 * chunk if plan.profile is Profile.CPU else 4096
-    target = max(1, min(wanted, limit))
+def _kv_prompt_tokens(plan: Plan) -> int:
+    """A few LMCache chunks on CPU. On GPUs a few thousand tokens (hundreds of MiB of KV): a
+    transfer of microseconds would be timed mostly by vLLM's completion polling, not the link."""
+    topology = plan.topology
+    if plan.profile is not Profile.CPU or isinstance(topology, ColocatedTopology):
+        return 4096
+    return 3 * topology.chunk_size
+
+
+def sized_prompt(client: httpx.Client, plan: Plan, nonce: str, tokens: int) -> str:
+    """A fresh prompt (the nonce defeats prefix caches) of about ``tokens`` tokens, sized with
+    the first decoder's own tokenizer to stay inside max_model_len."""
+    limit = (plan.model.max_model_len or 4096) - SMOKE_MAX_TOKENS - 64
+    target = max(1, min(tokens, limit))
     words = [f"run {nonce}:"] + [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(target)]
     decoder = plan.decode[0]
     url = f"http://{plan.reach_address(decoder.host)}:{decoder.http_port}/tokenize"
     while len(words) > 2:
         prompt = " ".join(words)
-        count = int(client.post(url, json={"model": model, "prompt": prompt}).json()["count"])
+        body = {"model": plan.model.served_name, "prompt": prompt}
+        count = int(client.post(url, json=body).json()["count"])
         if count <= limit:
             return prompt
         words = words[: max(2, len(words) * limit // count - 1)]
     return " ".join(words)
 
 
-def _complete(
+def complete(
     client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
 ) -> dict[str, Any]:
     body = {
         "model": model,
         "prompt": prompt,
-        "max_tokens": _MAX_TOKENS,
+        "max_tokens": SMOKE_MAX_TOKENS,
         "temperature": 0,
         "ignore_eos": True,
     }
@@ -153,13 +185,13 @@ def _complete(
     return result
 
 
-def _chat_stream(
+def chat_stream(
     client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
 ) -> tuple[str, int]:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": _MAX_TOKENS,
+        "max_tokens": SMOKE_MAX_TOKENS,
         "temperature": 0,
         "stream": True,
     }
@@ -242,7 +274,7 @@ def _stickiness_row(plan: Plan, router: str, model: str, headers: dict[str, str]
         return VerdictRow(check, "no session header configured", expected, None)
     with httpx.Client(timeout=120) as client:
         pairs = {
-            _complete(client, router, model, "stickiness probe", headers)["_pair"] for _ in range(4)
+            complete(client, router, model, "stickiness probe", headers)["_pair"] for _ in range(4)
         }
     return VerdictRow(
         check, f"{len(pairs)} distinct pair(s) over 4 requests", expected, len(pairs) == 1

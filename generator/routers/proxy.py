@@ -22,7 +22,7 @@ from generator.proxy.config import (
 from generator.routers.base import RouterSite
 from generator.services.model import ConfigFile
 from generator.spec import RouterKind, Spec
-from generator.topologies import topology_of
+from generator.topologies import topology_of, topology_unit
 
 __all__ = ["PROXY_CONFIG_PATH", "UNIT", "Proxy"]
 
@@ -39,6 +39,12 @@ class Proxy:
     stamp: Literal["response-id", "headers"] = "headers"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        if topology_unit(spec.topology).router_protocol == "none":
+            yield SpecIssue(
+                "router.kind",
+                f"the proxy routes prefill/decode pairs; topology {spec.topology.value} has none",
+                "use router.kind: vllm-router (round robin over every engine)",
+            )
         if spec.router.prometheus_port is not None:
             yield SpecIssue(
                 "router.prometheus_port",
@@ -78,8 +84,11 @@ def _router(plan: Plan) -> ProxyRouterPlan:
 
 def _config(plan: Plan) -> ProxyConfig:
     router = _router(plan)
+    protocol = topology_of(plan).router_protocol
+    if protocol == "none":  # refused by check_spec: a bug if it gets here
+        raise TypeError(f"{plan.stack}: the proxy cannot route topology {plan.topology.kind}")
     return ProxyConfig(
-        protocol=topology_of(plan).router_protocol,
+        protocol=protocol,
         listen=ListenConfig(host="0.0.0.0", port=router.port),
         model=plan.model.served_name,
         policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),

@@ -1,5 +1,6 @@
-"""vllm-project/router in ``--vllm-pd-disaggregation`` mode: NIXL's hand-off only (it cannot
-drive LMCache's P/D protocol), configured entirely by its command line."""
+"""vllm-project/router, configured entirely by its command line: ``--vllm-pd-disaggregation``
+for NIXL's hand-off (it cannot drive LMCache's P/D protocol), or plain ``--worker-urls`` over
+every engine for the colocated topology."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from generator.plan.ports import PortBook
 from generator.routers.base import RouterSite
 from generator.services.model import ConfigFile
 from generator.spec import RouterKind, Spec
-from generator.topologies import topology_unit
+from generator.topologies import topology_of, topology_unit
 
 __all__ = ["UNIT", "VllmRouter"]
 
@@ -34,7 +35,7 @@ class VllmRouter:
     stamp: Literal["response-id", "headers"] = "response-id"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
-        if topology_unit(spec.topology).router_protocol != "nixl":
+        if topology_unit(spec.topology).router_protocol == "lmcache-pd":
             yield SpecIssue(
                 "router.kind",
                 "vllm-router cannot drive LMCache's P/D protocol (disagg_spec + ZMQ done notices)",
@@ -51,11 +52,15 @@ class VllmRouter:
         router = _router(plan)
         args = ["vllm-router", "--host", "0.0.0.0", "--port", str(router.port)]
         args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(router.metrics_port)]
-        args += ["--vllm-pd-disaggregation", "--policy", router.policy]
-        for engine in plan.prefill:
-            args += ["--prefill", engine.url]
-        for engine in plan.decode:
-            args += ["--decode", engine.url]
+        if topology_of(plan).router_protocol == "none":
+            args += ["--policy", router.policy, "--worker-urls"]
+            args += [engine.url for engine in plan.engines]
+        else:
+            args += ["--vllm-pd-disaggregation", "--policy", router.policy]
+            for engine in plan.prefill:
+                args += ["--prefill", engine.url]
+            for engine in plan.decode:
+                args += ["--decode", engine.url]
         return [*args, *router.extra_args]
 
     def config_file(self, plan: Plan) -> ConfigFile | None:

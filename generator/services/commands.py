@@ -26,5 +26,6 @@ def engine_command(plan: Plan, engine: EnginePlan) -> list[str]:
     if engine.gpu_memory_utilization is not None:
         args += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
     connector = topology_of(plan).connector_config(plan, engine)
-    args += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
+    if connector is not None:
+        args += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
     return [*args, *model.extra_args, *engine.extra_args]

@@ -89,6 +89,9 @@ Lax = Field(strict=False)
 class Topology(StrEnum):
     LMCACHE_PD = "lmcache-pd"  # LMCacheConnectorV1 in vLLM, LMCache's own P/D transfer, our proxy
     NIXL_MP = "nixl-mp"  # MultiConnector[NixlConnector, LMCacheMPConnector] + `lmcache server`s
+    # No P/D: every engine serves whole requests behind a round-robin router. `bench
+    # --baseline colocated` derives it from a P/D stack (same engines, same GPUs or cores).
+    COLOCATED = "colocated"
 
 
 class Profile(StrEnum):

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from generator.errors import SpecIssue
 from generator.plan.models import Plan
 from generator.spec import Spec, Topology
-from generator.topologies import lmcache_pd, nixl_mp
+from generator.topologies import colocated, lmcache_pd, nixl_mp
 from generator.topologies.base import (
     CounterRow,
     EngineSite,
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 TOPOLOGIES: Mapping[Topology, TopologyUnit] = MappingProxyType(
-    {unit.kind: unit for unit in (lmcache_pd.UNIT, nixl_mp.UNIT)}
+    {unit.kind: unit for unit in (lmcache_pd.UNIT, nixl_mp.UNIT, colocated.UNIT)}
 )
 
 

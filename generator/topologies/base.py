@@ -69,7 +69,7 @@ class VerdictSources:
 
 @runtime_checkable  # lets the registry test check that each unit has every member
 class TopologyUnit(Protocol):
-    """One P/D topology: everything in which lmcache-pd and nixl-mp differ."""
+    """One topology: everything in which lmcache-pd, nixl-mp and colocated differ."""
 
     @property
     def kind(self) -> Topology: ...
@@ -83,8 +83,9 @@ class TopologyUnit(Protocol):
         ...
 
     @property
-    def router_protocol(self) -> Literal["lmcache-pd", "nixl"]:
-        """The P/D protocol our proxy speaks for this topology."""
+    def router_protocol(self) -> Literal["lmcache-pd", "nixl", "none"]:
+        """The P/D protocol a router speaks for this topology ("none": plain requests to any
+        engine, no P/D)."""
         ...
 
     @property
@@ -110,8 +111,8 @@ class TopologyUnit(Protocol):
 
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]: ...
 
-    def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
-        """vLLM's ``--kv-transfer-config``."""
+    def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:
+        """vLLM's ``--kv-transfer-config`` (None: the engine moves no KV)."""
         ...
 
     def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]: ...
@@ -132,4 +133,6 @@ class TopologyUnit(Protocol):
         """The engine image carries our KV connector for vLLM's CPU build."""
         ...
 
-    def verdict_sources(self, plan: Plan) -> VerdictSources: ...
+    def verdict_sources(self, plan: Plan) -> VerdictSources | None:
+        """Where the P/D verdict reads its counters (None: no KV moves, no P/D verdict)."""
+        ...

@@ -36,7 +36,7 @@ LMCACHE_CONFIG_PATH = "/etc/xpyd/lmcache.yaml"
 class LMCachePD:
     kind = Topology.LMCACHE_PD
     default_router = RouterKind.PROXY
-    router_protocol: Literal["lmcache-pd", "nixl"] = "lmcache-pd"
+    router_protocol: Literal["lmcache-pd", "nixl", "none"] = "lmcache-pd"
     router_notices = True
     spec_sections = ("pd",)
     port_fields = ("decode_pd_init", "decode_pd_alloc", "proxy_notify", "nixl_telemetry")

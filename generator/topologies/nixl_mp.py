@@ -34,7 +34,7 @@ _GPU_L1_SIZE_GB = 100.0  # the MP docs' value
 class NixlMP:
     kind = Topology.NIXL_MP
     default_router = RouterKind.VLLM_ROUTER
-    router_protocol: Literal["lmcache-pd", "nixl"] = "nixl"
+    router_protocol: Literal["lmcache-pd", "nixl", "none"] = "nixl"
     router_notices = False
     spec_sections = ("server",)
     port_fields = ("lmcache_zmq", "lmcache_http", "lmcache_metrics")

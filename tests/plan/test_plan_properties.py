@@ -180,7 +180,9 @@ def _kv_ports(kv: EngineKV) -> list[int]:
         return [*kv.side_channel_ports, server.zmq_port, server.http_port, server.metrics_port]
     if isinstance(kv, LMCachePDSenderKV):
         return [kv.nixl_telemetry_port]
-    return [*kv.init_ports, *kv.alloc_ports]
+    if isinstance(kv, LMCachePDReceiverKV):
+        return [*kv.init_ports, *kv.alloc_ports]
+    return []  # colocated: no KV ports
 
 
 def _router_ports(router: RouterPlan) -> list[int]:

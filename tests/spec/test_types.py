@@ -90,7 +90,7 @@ def test_versions_are_pep440_in_normal_form() -> None:
         ),
         ({"description": "line one\nline two"}, "description: contains a line break"),
         ({"description": "a bell\x07"}, "description: contains the control character U+0007"),
-        ({"topology": "nixl"}, "topology: Input should be 'lmcache-pd' or 'nixl-mp'"),
+        ({"topology": "nixl"}, "topology: Input should be 'lmcache-pd', 'nixl-mp' or 'colocated'"),
     ],
 )
 def test_cross_field_and_free_text_rules(changes: dict[str, Any], expected: str) -> None:

@@ -38,8 +38,8 @@ def smoke(context: RunContext) -> str:
         raise StackError(
             "smoke verdict FAILED: "
             + "; ".join(failed)
-            + " (P/D answered, but the KV path is not proven)",
-            hint="read the verdict table above and the decode logs (KV Transfer metrics lines)",
+            + " (the stack answered, but not the way its topology must)",
+            hint="read the verdict table above and the engine logs (KV Transfer metrics lines)",
         )
     return f"verdict PASS, {result.prompt_tokens}-token prompt"
 

@@ -1,0 +1,63 @@
+"""The colocated topology's verdict: no P/D, so the proof is the opposite of the P/D one.
+Requests through the router are answered, every engine computed its prompts itself (no KV
+arrived from anywhere), and round robin reached every engine."""
+
+from __future__ import annotations
+
+import httpx
+
+from generator.plan import Plan
+from generator.probes.engine_counters import read_engine_counters
+from generator.probes.readiness import router_url
+from generator.probes.smoke import SMOKE_MAX_TOKENS, chat_stream, complete, sized_prompt
+from generator.probes.verdict import SmokeResult, VerdictRow
+
+__all__ = ["run_colocated_smoke"]
+
+_PROMPT_TOKENS = 256
+
+
+def run_colocated_smoke(plan: Plan, *, nonce: str, timeout_s: float = 180.0) -> SmokeResult:
+    router, model = router_url(plan), plan.model.served_name
+    with httpx.Client(timeout=timeout_s) as client:
+        before = read_engine_counters(client, plan)
+        prompt = sized_prompt(client, plan, nonce, _PROMPT_TOKENS)
+        completion = complete(client, router, model, prompt, {})
+        chat_text, chunks = chat_stream(client, router, model, prompt + " chat", {})
+        # Round robin reaches every engine once there have been as many requests as engines.
+        for extra in range(len(plan.engines) - 2):
+            complete(client, router, model, f"{prompt} {extra}", {})
+        change = read_engine_counters(client, plan) - before
+    usage = completion.get("usage") or {}
+    served = sorted(name for name, count in change.requests.items() if count > 0)
+    rows = [
+        VerdictRow(
+            "completion via router",
+            f"{usage.get('completion_tokens', 0)} tokens",
+            f"{SMOKE_MAX_TOKENS} tokens",
+            usage.get("completion_tokens") == SMOKE_MAX_TOKENS,
+        ),
+        VerdictRow(
+            "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
+        ),
+        VerdictRow(
+            "prompt tokens received as KV (all engines: external_kv_transfer)",
+            f"{change.kv_tokens:.0f}",
+            "0",
+            change.kv_tokens == 0,
+        ),
+        VerdictRow(
+            "prompt tokens computed by the engines (local_compute)",
+            f"{change.local_tokens:.0f}",
+            "> 0",
+            change.local_tokens > 0,
+        ),
+        VerdictRow(
+            "engines that served (round robin)",
+            ", ".join(served) or "none",
+            f"all {len(plan.engines)}",
+            len(served) == len(plan.engines),
+        ),
+    ]
+    text = completion["choices"][0].get("text", "") if completion.get("choices") else ""
+    return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))

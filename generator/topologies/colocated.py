@@ -1,0 +1,112 @@
+"""colocated: no disaggregation. Every engine is a plain vLLM instance that prefills and
+decodes its own requests; vllm-router spreads requests over all of them (round robin).
+
+This is the honest baseline for a P/D stack: `bench --baseline colocated` derives it from
+the P/D spec (``colocated_spec`` below), so it has the same engines on the same GPUs or
+cores and differs only in moving no KV. The engines keep their P/D names (prefill-0,
+decode-0...) so a result names the resources it ran on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from generator.errors import SpecIssue, XpydError
+from generator.plan.models import EnginePlan, Plan
+from generator.plan.parts import ColocatedTopology, NoKV, SidecarPlan
+from generator.plan.ports import PortBook
+from generator.services.model import ConfigFile
+from generator.spec import Profile, RouterKind, Spec, Topology, parse_spec
+from generator.topologies.base import EngineSite, VerdictSources
+
+__all__ = ["BASELINE_SUFFIX", "UNIT", "Colocated", "colocated_spec"]
+
+BASELINE_SUFFIX = "-colocated"  # the baseline's stack name: rendered beside the P/D stack
+_NAME_LIMIT = 63  # a DNS label, like every stack name
+
+
+class Colocated:
+    kind = Topology.COLOCATED
+    default_router = RouterKind.VLLM_ROUTER
+    router_protocol: Literal["lmcache-pd", "nixl", "none"] = "none"
+    router_notices = False
+    spec_sections: tuple[str, ...] = ()
+    port_fields: tuple[str, ...] = ()
+    extra_image_roles: tuple[str, ...] = ()
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        return iter(())  # any group sizes and TP: no KV has to fit between them
+
+    def plan_settings(self, spec: Spec) -> ColocatedTopology:
+        return ColocatedTopology()
+
+    def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> NoKV:
+        return NoKV()
+
+    def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
+        return ()
+
+    def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:
+        return None  # no --kv-transfer-config: vLLM computes every prompt itself
+
+    def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]:
+        return {}
+
+    def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
+        return ()
+
+    def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
+        return []
+
+    def engine_config(self, plan: Plan, engine: EnginePlan) -> ConfigFile | None:
+        return None
+
+    def needs_cpu_connector(self, profile: Profile) -> bool:
+        return False
+
+    def verdict_sources(self, plan: Plan) -> VerdictSources | None:
+        return None  # nothing moves: the colocated verdict (probes/colocated.py) applies
+
+
+UNIT = Colocated()
+
+
+def colocated_spec(spec: Spec, plan: Plan) -> Spec:
+    """The baseline's spec: the P/D spec's own settings (as the user wrote them) minus what
+    only P/D reads, validated like any spec. The router keeps the P/D router's port and
+    host, so clients and benchmarks reach both at the same address."""
+    if spec.topology is Topology.COLOCATED:
+        raise XpydError(
+            f"{spec.name} is already colocated: there is no P/D stack to compare with it",
+            hint="run bench without --baseline, or bench a P/D stack",
+        )
+    name = spec.name + BASELINE_SUFFIX
+    if len(name) > _NAME_LIMIT:
+        raise XpydError(
+            f"the baseline's stack name {name!r} is longer than {_NAME_LIMIT} characters",
+            hint=f"shorten name in the stack spec to {_NAME_LIMIT - len(BASELINE_SUFFIX)} or less",
+        )
+    data: dict[str, Any] = spec.model_dump(mode="json", exclude_unset=True)
+    data |= {"name": name, "topology": Topology.COLOCATED.value}
+    data["description"] = f"colocated baseline of {spec.name} (bench --baseline colocated)"
+    data["lmcache"] = {}  # no LMCache at all: neither P/D nor servers
+    data["ports"] = {
+        field: value
+        for field, value in data.get("ports", {}).items()
+        if field in ("prefill_http", "decode_http", "router_metrics")
+    }
+    data["router"] = _router(data.get("router", {}), plan)
+    return parse_spec(data, source=f"colocated baseline of {spec.name}")
+
+
+def _router(given: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    router = {
+        "kind": RouterKind.VLLM_ROUTER.value,
+        "port": plan.router.port,
+        "policy": "round_robin",
+    }
+    for field in ("host", "prometheus_port"):
+        if field in given:
+            router[field] = given[field]
+    return router
