@@ -62,6 +62,8 @@ PUBLIC = {
         "image_id",
         "transfer_images",
     },
+    "generator.bench": {"BenchJob", "BenchReport", "check_fits", "load_points", "run_benchmark"},
+    "generator.topologies.colocated": {"colocated_spec", "BASELINE_SUFFIX"},
     "generator.workflow.engines": {"endpoint_of", "host_endpoint", "host_endpoints"},
     "generator.doctor.isolation": {
         "ContainerView",

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from generator.cli import doctor_command, run_commands, stack_commands
+from generator.cli import bench_command, doctor_command, run_commands, stack_commands
 
 __all__ = ["app", "main"]
 
@@ -31,6 +31,7 @@ app = typer.Typer(
 stack_commands.register(app)
 run_commands.register(app)
 doctor_command.register(app)
+bench_command.register(app)
 
 
 def main() -> None:

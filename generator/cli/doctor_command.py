@@ -6,11 +6,13 @@ from typing import Annotated
 
 import typer
 
+from generator.cli.help_text import add_command
+
 __all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
-    app.command(rich_help_panel="Stacks")(doctor)
+    add_command(app, doctor, "Stacks")
 
 
 def doctor(

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from generator.cli.help_text import add_command
+
 __all__ = ["register"]
 
 StackArg = Annotated[
@@ -42,11 +44,11 @@ def _finite(value: float) -> float:
 
 
 def register(app: typer.Typer) -> None:
-    app.command(rich_help_panel="Stacks")(up)
-    app.command(rich_help_panel="Stacks")(down)
-    app.command(rich_help_panel="Stacks")(status)
-    app.command(rich_help_panel="Stacks")(logs)
-    app.command(rich_help_panel="Stacks")(dag)
+    add_command(app, up, "Stacks")
+    add_command(app, down, "Stacks")
+    add_command(app, status, "Stacks")
+    add_command(app, logs, "Stacks")
+    add_command(app, dag, "Stacks")
 
 
 def up(
@@ -94,14 +96,14 @@ def up(
     bench_input_len: Annotated[
         int,
         typer.Option(help="Benchmark prompt length in tokens.", rich_help_panel="--bench", min=1),
-    ] = 512,
+    ] = 256,
     bench_output_len: Annotated[
         int,
         typer.Option(help="Benchmark output length in tokens.", rich_help_panel="--bench", min=1),
-    ] = 32,
+    ] = 16,
     bench_prompts: Annotated[
         int, typer.Option(help="Benchmark request count.", rich_help_panel="--bench", min=1)
-    ] = 32,
+    ] = 8,
     bench_rate: Annotated[
         float | None,
         typer.Option(

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from generator.cli.help_text import add_command
+
 __all__ = ["register"]
 
 StackArg = Annotated[
@@ -27,9 +29,9 @@ AllOpt = Annotated[bool, typer.Option("--all", help="Every stack under stacks/."
 
 
 def register(app: typer.Typer) -> None:
-    app.command(rich_help_panel="Specs")(validate)
-    app.command(rich_help_panel="Specs")(plan)
-    app.command(rich_help_panel="Specs")(render)
+    add_command(app, validate, "Specs")
+    add_command(app, plan, "Specs")
+    add_command(app, render, "Specs")
 
 
 def validate(stacks: StackArg = None, all_stacks: AllOpt = False, set_: SetOpt = None) -> None:

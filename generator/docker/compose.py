@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +118,17 @@ class ComposeStack:
         return output if isinstance(output, str) else ""
 
     def start_oneoff(
-        self, service: str, command: list[str], *, name: str, env: dict[str, str]
+        self,
+        service: str,
+        command: list[str],
+        *,
+        name: str,
+        env: dict[str, str],
+        volumes: Sequence[tuple[Path, str]] = (),
     ) -> OneOff:
         """A detached one-off container of ``service``: its image, devices, namespaces,
-        volumes and environment exactly as rendered, another command."""
+        volumes and environment exactly as rendered, another command (and ``volumes``:
+        (host folder, container path) binds besides the rendered ones)."""
         with translated(f"starting a one-off {service} container"):
             self._client.compose.run(
                 service,
@@ -132,6 +139,7 @@ class ComposeStack:
                 tty=False,
                 dependencies=False,
                 envs=env,
+                volumes=[(str(host), inside) for host, inside in volumes],
             )
         return OneOff(name, self.endpoint)
 

@@ -29,6 +29,8 @@ class SmokeResult:
     completion_text: str
     chat_text: str
     prompt_tokens: int
+    # The KV path's measurement per smoke request (P/D): MiB, ms, GiB/s, UCX transport.
+    kv_transfers: tuple[dict[str, Any], ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -38,5 +40,6 @@ class SmokeResult:
         return {
             "passed": self.passed,
             "prompt_tokens": self.prompt_tokens,
+            "kv_transfers": list(self.kv_transfers),
             "rows": [asdict(r) | {"mark": r.mark} for r in self.rows],
         }

@@ -1,39 +1,78 @@
-"""The command of the stack's `bench` service: vLLM's own serving benchmark (random dataset)
-against the router. The rendered service carries it with the default settings, so
-`docker compose run --rm bench` reproduces a run; `up --bench` passes its own settings."""
+"""The command of the stack's `bench` service: vLLM's own serving benchmark (`vllm bench
+serve`, random dataset) against the router, and the named presets it runs with.
+
+The rendered service carries the profile's default preset, so `docker compose run --rm bench`
+reproduces a run of `python -m generator bench` at that preset's first load point.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from generator.plan import Plan
+from generator.spec import Profile
 
-__all__ = ["BENCH_RESULTS_DIR", "BenchSettings", "bench_command"]
+__all__ = [
+    "BENCH_RESULTS_DIR",
+    "BenchSettings",
+    "Preset",
+    "bench_command",
+    "default_preset",
+    "preset_settings",
+]
 
-BENCH_RESULTS_DIR = "/results"  # mount a host folder here to keep bench.json
+BENCH_RESULTS_DIR = "/results"  # mount a host folder here to keep the result JSON
+
+
+class Preset(StrEnum):
+    # LMCache's examples/disagg_prefill/xpyd README benchmark (seed A), with a fixed seed
+    SEED_XPYD = "seed-xpyd"
+    SMOKE = "smoke"  # seconds on the cpu stacks' tiny model: CI and first runs
 
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """The defaults suit the cpu stacks; seed A's GPU run is 7500 in / 200 out, 30 prompts,
-    1 req/s, burstiness 100."""
+    """One run of `vllm bench serve` (one load point)."""
 
-    input_len: int = 512
-    output_len: int = 32
-    num_prompts: int = 32
-    request_rate: float | None = None  # None: as fast as max_concurrency allows
-    burstiness: float = 1.0
+    input_len: int = 256
+    output_len: int = 16
+    num_prompts: int = 8
+    request_rate: float | None = None  # None: all at once, bounded by max_concurrency
+    burstiness: float = 1.0  # 1: Poisson arrivals; larger: more regular
     max_concurrency: int | None = None
+    seed: int = 0
+    goodput_slo_ms: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, ms)
+    detailed: bool = True  # per-request TTFTs and ITLs in the JSON (the report's plots)
+
+    @property
+    def tokens_per_request(self) -> int:
+        return self.input_len + self.output_len
 
 
-def bench_command(plan: Plan, settings: BenchSettings) -> list[str]:
+_PRESETS = {
+    Preset.SEED_XPYD: BenchSettings(
+        input_len=7500, output_len=200, num_prompts=30, request_rate=1.0, burstiness=100.0
+    ),
+    Preset.SMOKE: BenchSettings(),
+}
+
+
+def preset_settings(preset: Preset) -> BenchSettings:
+    return _PRESETS[preset]
+
+
+def default_preset(profile: Profile) -> Preset:
+    return Preset.SMOKE if profile is Profile.CPU else Preset.SEED_XPYD
+
+
+def bench_command(
+    plan: Plan, settings: BenchSettings, result_file: str = "bench.json"
+) -> list[str]:
     # The bench container runs on the router's host: loopback with host networking, the
     # router's service name on the stack's bridge.
     router_host = "127.0.0.1" if plan.network == "host" else plan.router.service
     model = plan.model
-    load = ["--request-rate", f"{settings.request_rate:g}"] if settings.request_rate else []
-    if settings.max_concurrency is not None:
-        load += ["--max-concurrency", str(settings.max_concurrency)]
     return [
         *["python3", "-m", "vllm.entrypoints.cli.main", "bench", "serve"],
         *["--backend", "openai", "--endpoint", "/v1/completions"],
@@ -41,7 +80,23 @@ def bench_command(plan: Plan, settings: BenchSettings) -> list[str]:
         *["--model", model.served_name, "--tokenizer", model.id],
         *["--dataset-name", "random", "--random-input-len", str(settings.input_len)],
         *["--random-output-len", str(settings.output_len)],
-        *["--num-prompts", str(settings.num_prompts), *load],
-        *["--burstiness", f"{settings.burstiness:g}", "--seed", "0", "--ignore-eos"],
-        *["--save-result", "--result-dir", BENCH_RESULTS_DIR, "--result-filename", "bench.json"],
+        *["--num-prompts", str(settings.num_prompts), *_load_args(settings)],
+        *["--burstiness", f"{settings.burstiness:g}", "--seed", str(settings.seed)],
+        *["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"],
+        *["--metric-percentiles", "50,90,99", *_goodput_args(settings)],
+        *["--save-result", *(["--save-detailed"] if settings.detailed else [])],
+        *["--result-dir", BENCH_RESULTS_DIR, "--result-filename", result_file],
     ]
+
+
+def _load_args(settings: BenchSettings) -> list[str]:
+    args = ["--request-rate", f"{settings.request_rate:g}"] if settings.request_rate else []
+    if settings.max_concurrency is not None:
+        args += ["--max-concurrency", str(settings.max_concurrency)]
+    return args
+
+
+def _goodput_args(settings: BenchSettings) -> list[str]:
+    if not settings.goodput_slo_ms:
+        return []
+    return ["--goodput", *(f"{metric}:{ms:g}" for metric, ms in settings.goodput_slo_ms)]

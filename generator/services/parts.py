@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from generator.plan import EnginePlan, Plan, SidecarPlan
 from generator.routers import router_of
-from generator.services.bench import BenchSettings, bench_command
+from generator.services.bench import bench_command, default_preset, preset_settings
 from generator.services.commands import engine_command
 from generator.services.model import (
     BindMount,
@@ -124,7 +124,7 @@ def bench_service(plan: Plan, image: ImageRef, env_files: tuple[str, ...]) -> Se
     """A one-off container for vLLM's serving benchmark (`docker compose run --rm bench`):
     the engine image has vLLM and the tokenizer; it reaches the router like a client."""
     # The decode image, built for the engines (same pull policy: never from a public name).
-    command = tuple(bench_command(plan, BenchSettings()))
+    command = tuple(bench_command(plan, preset_settings(default_preset(plan.profile))))
     service = Service("bench", plan.router.host, "bench", replace(image, build=None), command)
     env = {"HF_HOME": HF_HOME}
     if plan.hf.offline:

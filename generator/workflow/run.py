@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
@@ -32,7 +33,10 @@ def make_context(
     options: RunOptions,
     run_id: str | None,
     reporter: Reporter,
+    *,
+    directory: Path | None = None,
 ) -> RunContext:
+    """``directory``: where the run's record goes (default: runs/<run-id>/)."""
     if run_id is not None and not _RUN_ID.fullmatch(run_id):
         raise XpydError(
             f"--run-id {run_id!r} is not a plain folder name (it names runs/<run-id>/)",
@@ -43,7 +47,7 @@ def make_context(
     record = RunRecord(
         run_id=run_id,
         stack=plan.stack,
-        directory=workspace.runs_dir / run_id,
+        directory=directory or workspace.runs_dir / run_id,
         plan=plan.model_dump(mode="json"),
         options={
             "bench": options.bench,

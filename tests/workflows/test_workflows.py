@@ -76,3 +76,6 @@ def test_gpu_workflow_is_manual_with_stack_input_and_secret_token() -> None:
     text = (ROOT / ".github/workflows/gpu.yml").read_text()
     assert "secrets.HF_TOKEN" in text
     assert "actions/upload-artifact" in text
+    # the benchmark: seed A's preset against the colocated baseline, its report uploaded
+    assert 'generator bench "$STACK" --preset seed-xpyd --baseline colocated' in text
+    assert "runs/${{ env.RUN_ID }}-bench/" in text

@@ -1,0 +1,123 @@
+"""What one benchmark point and one arm (the P/D stack, or its colocated baseline) measured.
+
+The numbers are read from vLLM's own result JSON (`vllm bench serve --save-result`), never
+computed again here; the KV columns come from the engines' counters around the point."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from generator.errors import StackError
+from generator.probes.engine_counters import EngineCounters
+from generator.probes.kv_speed import KvCounters
+from generator.services.bench import BenchSettings
+
+__all__ = ["METRICS", "ArmResult", "PointResult", "read_point"]
+
+# vLLM's result keys the report shows, in its order (ms unless named otherwise).
+METRICS = (
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    *(
+        f"{stat}_{metric}_ms"
+        for metric in ("ttft", "tpot", "itl", "e2el")
+        for stat in ("mean", "median", "p99")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class PointResult:
+    label: str  # the load: "rate 2/s", "concurrency 4", "all at once"
+    settings: BenchSettings
+    result_file: str  # vLLM's JSON, relative to the bench folder
+    metrics: dict[str, float | None]
+    kv_tokens: float  # prompt tokens engines received as KV during the point
+    local_tokens: float  # prompt tokens engines computed themselves
+    kv_bytes: float | None = None  # NIXL's counters (P/D only)
+    kv_seconds: float | None = None
+
+    @property
+    def kv_mib_per_request(self) -> float | None:
+        completed = self.metrics.get("completed") or 0
+        if self.kv_bytes is None or not completed:
+            return None
+        return self.kv_bytes / completed / (1 << 20)
+
+    @property
+    def kv_gib_s(self) -> float | None:
+        if not self.kv_bytes or not self.kv_seconds:
+            return None
+        return self.kv_bytes / self.kv_seconds / (1 << 30)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["settings"]["goodput_slo_ms"] = dict(self.settings.goodput_slo_ms)
+        return data | {"kv_mib_per_request": self.kv_mib_per_request, "kv_gib_s": self.kv_gib_s}
+
+
+@dataclass
+class ArmResult:
+    arm: str  # "pd" or "colocated"
+    stack: str
+    topology: str
+    router: str
+    engines: dict[str, str]  # name -> its resources ("GPU 0,1", "core 1")
+    run_dir: str  # the `up` record of this arm
+    verdict_passed: bool
+    verdict: dict[str, Any]
+    kv_per_request: list[dict[str, Any]]  # the verdict's KV speed measurement
+    points: list[PointResult] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """A benchmark of a stack whose verdict failed measures something else."""
+        return self.verdict_passed
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {key: value for key, value in vars(self).items() if key != "points"}
+        return data | {"valid": self.valid, "points": [p.as_dict() for p in self.points]}
+
+
+def read_point(
+    path: Path,
+    label: str,
+    settings: BenchSettings,
+    engines: EngineCounters,
+    kv: KvCounters | None,
+) -> PointResult:
+    """One point from vLLM's JSON; refuses a run that completed nothing."""
+    if not path.is_file():
+        raise StackError(
+            f"the benchmark wrote no result ({path.name})",
+            hint=f"read {path.with_suffix('.log')}",
+        )
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    metrics = {key: _number(data.get(key)) for key in METRICS}
+    if not metrics["completed"]:
+        raise StackError(
+            f"the benchmark completed no request at {label}",
+            hint=f"read {path.with_suffix('.log')} and the router's log",
+        )
+    return PointResult(
+        label,
+        settings,
+        path.parent.name + "/" + path.name,
+        metrics,
+        kv_tokens=engines.kv_tokens,
+        local_tokens=engines.local_tokens,
+        kv_bytes=kv.bytes if kv else None,
+        kv_seconds=kv.seconds if kv else None,
+    )
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

@@ -1,0 +1,129 @@
+"""`bench`: the P/D stack, then (with a baseline) its colocated twin on the same resources,
+each benchmarked at the same load points, one after the other; then the report.
+
+The two arms never run at once: they share GPUs (or cores). The P/D stack is removed before
+the baseline starts, and the baseline when it is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from generator.bench.arms import ArmOptions, LoadPoint, remove_stack, run_arm
+from generator.bench.plots import draw_plots
+from generator.bench.report import BenchReport, write_report
+from generator.errors import XpydError
+from generator.paths import Workspace
+from generator.plan import Plan, make_plan
+from generator.services.bench import BenchSettings, Preset
+from generator.spec import Profile, Spec
+from generator.topologies.colocated import colocated_spec
+from generator.workflow.report import EventLevel, Reporter
+
+__all__ = ["BenchJob", "check_fits", "describe_hardware", "load_points", "run_benchmark"]
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    spec: Spec
+    plan: Plan
+    preset: Preset
+    settings: BenchSettings  # the common settings; each point sets its own load
+    arm_options: ArmOptions
+    baseline: bool  # also benchmark the colocated twin
+    down: bool  # remove the P/D stack at the end (always, with a baseline)
+    folder: Path
+
+
+def load_points(
+    settings: BenchSettings,
+    rates: tuple[float | None, ...],
+    concurrencies: tuple[int | None, ...],
+) -> tuple[LoadPoint, ...]:
+    """Every (rate, concurrency) pair, in the order given: a sweep is one or both lists."""
+    points = []
+    for rate, concurrency in itertools.product(rates, concurrencies):
+        parts = [f"rate {rate:g}/s" if rate else "all at once"]
+        parts += [f"concurrency {concurrency}"] if concurrency is not None else []
+        point = replace(settings, request_rate=rate, max_concurrency=concurrency)
+        points.append(LoadPoint(", ".join(parts), point))
+    return tuple(points)
+
+
+def check_fits(plan: Plan, settings: BenchSettings) -> None:
+    limit = plan.model.max_model_len
+    if limit is not None and settings.tokens_per_request > limit:
+        raise XpydError(
+            f"--input-len {settings.input_len} + --output-len {settings.output_len} = "
+            f"{settings.tokens_per_request} tokens, more than {plan.stack}'s model.max_model_len "
+            f"{limit}",
+            hint="lower --input-len/--output-len (the smoke preset suits the cpu stacks)",
+        )
+
+
+def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> BenchReport:
+    check_fits(job.plan, job.settings)
+    report = BenchReport(
+        job.plan.stack, job.preset.value, job.settings, describe_hardware(job.plan), job.folder
+    )
+    arms = [("pd", job.plan)]
+    if job.baseline:
+        arms.append(("colocated", make_plan(colocated_spec(job.spec, job.plan))))
+    for arm, plan in arms:
+        result, context = run_arm(
+            arm,
+            plan,
+            job.arm_options,
+            workspace=workspace,
+            folder=job.folder,
+            reporter=reporter,
+        )
+        report.arms.append(result)
+        write_report(report)  # what is measured so far survives a later failure
+        if job.baseline or job.down:
+            reporter.event(EventLevel.INFO, f"{plan.stack}: removing it (frees its resources)")
+            remove_stack(context)
+    report.plots = draw_plots(report)
+    write_report(report)
+    return report
+
+
+def describe_hardware(plan: Plan) -> str:
+    """What the numbers were measured on: the engines' share, and this machine's CPU or the
+    GPUs its driver lists (a remote host's GPUs are named by the spec only)."""
+    count = len(plan.engines)
+    if plan.profile is Profile.CPU:
+        cores = sum(len(engine.cpus) for engine in plan.engines)
+        return f"cpu profile: {count} engines on {cores} pinned cores of {_cpu_model()}"
+    gpus = sum(len(engine.gpus) for engine in plan.engines)
+    return f"{count} engines on {gpus} GPUs ({_gpu_model() or 'GPU model not read'})"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return platform.processor() or "an unnamed CPU"
+
+
+def _gpu_model() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    names = sorted(set(done.stdout.split("\n")) - {""})
+    return ", ".join(names) if done.returncode == 0 and names else None

@@ -1,0 +1,229 @@
+"""bench: vLLM's serving benchmark against a stack, and against its colocated baseline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from generator.cli.help_text import add_command
+
+if TYPE_CHECKING:
+    from generator.bench import BenchReport
+    from generator.services.bench import Preset
+
+__all__ = ["parse_concurrencies", "parse_goodput", "parse_rates", "register"]
+
+_PANEL = "Load and settings (default: the preset's)"
+_SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, bench, "Stacks")
+
+
+def parse_rates(text: str) -> tuple[float | None, ...]:
+    """``1,2,inf``: requests per second at each point; ``inf``: all at once."""
+    rates: list[float | None] = []
+    for item in _items(text, "--request-rate"):
+        try:
+            rate = float(item)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r} is not a number (or inf)") from None
+        if math.isnan(rate) or rate <= 0:
+            raise typer.BadParameter(f"{item!r}: a rate must be > 0 (or inf)")
+        rates.append(None if math.isinf(rate) else rate)
+    return tuple(rates)
+
+
+def parse_concurrencies(text: str) -> tuple[int | None, ...]:
+    values: list[int | None] = []
+    for item in _items(text, "--max-concurrency"):
+        if not item.isdigit() or int(item) < 1:
+            raise typer.BadParameter(f"{item!r}: requests in flight must be a whole number >= 1")
+        values.append(int(item))
+    return tuple(values)
+
+
+def parse_goodput(text: str) -> tuple[tuple[str, float], ...]:
+    """``ttft:500,tpot:50``: a request is good when it meets every one (milliseconds)."""
+    slo: dict[str, float] = {}
+    for item in _items(text, "--goodput"):
+        metric, _, value = item.partition(":")
+        if metric not in _SLO_METRICS:
+            raise typer.BadParameter(f"{metric!r} is not one of {', '.join(_SLO_METRICS)}")
+        try:
+            ms = float(value)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{item!r}: write METRIC:MILLISECONDS, e.g. ttft:500"
+            ) from None
+        if not math.isfinite(ms) or ms <= 0:
+            raise typer.BadParameter(f"{item!r}: milliseconds must be > 0")
+        slo[metric] = ms
+    return tuple(slo.items())
+
+
+def _items(text: str, option: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise typer.BadParameter(f"{option} takes a comma-separated list, e.g. 1,2,4")
+    return items
+
+
+def bench(
+    stack: Annotated[str, typer.Argument(help="Stack name or spec path.", show_default=False)],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a spec value, as for `up`.", show_default=False),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="seed-xpyd: seed A's run (7500 in / 200 out, 30 prompts, 1 req/s, burstiness "
+            "100), its published figures shown beside ours; smoke: seconds on a cpu stack. "
+            "Default: smoke on cpu stacks, seed-xpyd on GPU stacks.",
+            show_default=False,
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="colocated: also benchmark the same model on the same engines with no KV "
+            "transfer (vllm-router round robin), after the P/D stack, which is removed first.",
+            show_default=False,
+        ),
+    ] = None,
+    input_len: Annotated[int | None, typer.Option(min=1, rich_help_panel=_PANEL)] = None,
+    output_len: Annotated[int | None, typer.Option(min=1, rich_help_panel=_PANEL)] = None,
+    num_prompts: Annotated[int | None, typer.Option(min=1, rich_help_panel=_PANEL)] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option(
+            help="Requests/s, or a sweep: 1,2,4 (inf: all at once).", rich_help_panel=_PANEL
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="Requests in flight at most, or a sweep: 1,4,16.", rich_help_panel=_PANEL
+        ),
+    ] = None,
+    burstiness: Annotated[
+        float | None, typer.Option(min=0.001, max=1e6, rich_help_panel=_PANEL)
+    ] = None,
+    seed: Annotated[int | None, typer.Option(min=0, rich_help_panel=_PANEL)] = None,
+    goodput: Annotated[
+        str | None,
+        typer.Option(
+            help="SLO for goodput, e.g. ttft:500,tpot:50 (ms; ttft, tpot, e2el).",
+            rich_help_panel=_PANEL,
+        ),
+    ] = None,
+    down: Annotated[
+        bool,
+        typer.Option("--down", help="Remove the P/D stack at the end (always with a baseline)."),
+    ] = False,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Name of the report folder under runs/.")
+    ] = None,
+    point_timeout_s: Annotated[
+        float, typer.Option(min=10, max=86400, help="Give up on one load point after this.")
+    ] = 1800.0,
+    wait_scale: Annotated[
+        float,
+        typer.Option(envvar="XPYD_WAIT_SCALE", min=0.01, max=1000.0, help="As for `up`."),
+    ] = 1.0,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="As for `up`.")] = False,
+) -> None:
+    """Benchmark a stack with vLLM's own `bench serve` (random dataset) through its router,
+    from a one-off container of the stack's `bench` service, after the stack is up and its
+    smoke verdict is in.
+
+    With --baseline colocated the same engines run again as plain vLLM instances behind a
+    round-robin router (no KV transfer) at the same load points: disaggregation pays off
+    where P/D beats it. Several --request-rate or --max-concurrency values make a sweep.
+
+    The report goes to runs/<run-id>/: bench.md (the arms side by side per load point),
+    bench.json, vLLM's own result JSONs, and PNG plots (TTFT and ITL distributions,
+    throughput, latency and goodput against load). A stack whose verdict failed is still
+    measured, and the report says INVALID.
+    """
+    from generator.bench import ArmOptions, BenchJob, check_fits, load_points, run_benchmark
+    from generator.cli.run_reporter import ConsoleReporter
+    from generator.docker import require_docker
+    from generator.paths import find_workspace
+    from generator.plan import make_plan
+    from generator.services.bench import default_preset, preset_settings
+    from generator.spec import load_spec
+    from generator.workflow.records import new_run_id
+
+    if baseline not in (None, "colocated"):
+        raise typer.BadParameter(
+            f"{baseline!r}: the one baseline is colocated", param_hint="--baseline"
+        )
+    workspace = find_workspace()
+    spec = load_spec(workspace.stack_file(stack), set_ or [])
+    plan = make_plan(spec)
+    chosen = _preset(preset) or default_preset(plan.profile)
+    given = preset_settings(chosen)
+    settings = replace(
+        given,
+        input_len=input_len or given.input_len,
+        output_len=output_len or given.output_len,
+        num_prompts=num_prompts or given.num_prompts,
+        burstiness=burstiness or given.burstiness,
+        seed=given.seed if seed is None else seed,
+        goodput_slo_ms=parse_goodput(goodput) if goodput else given.goodput_slo_ms,
+    )
+    rates = parse_rates(request_rate) if request_rate else (given.request_rate,)
+    concurrencies = (
+        parse_concurrencies(max_concurrency) if max_concurrency else (given.max_concurrency,)
+    )
+    check_fits(plan, settings)  # before anything starts
+    require_docker()
+    job = BenchJob(
+        spec=spec,
+        plan=plan,
+        preset=chosen,
+        settings=settings,
+        arm_options=ArmOptions(
+            load_points(settings, rates, concurrencies),
+            point_timeout_s=point_timeout_s,
+            wait_scale=wait_scale,
+            rebuild=rebuild,
+        ),
+        baseline=baseline is not None,
+        down=down,
+        folder=workspace.runs_dir / (run_id or new_run_id(f"{plan.stack}-bench")),
+    )
+    report = run_benchmark(job, workspace, ConsoleReporter())
+    _print(report)
+
+
+def _print(report: BenchReport) -> None:
+    """The report's tables on stdout (they are the result); where the files are on stderr."""
+    from generator.bench.report import markdown
+    from generator.console import success, warn
+
+    typer.echo(markdown(report))
+    where = f"report: {report.folder / 'bench.md'} (bench.json, plots beside it)"
+    if report.valid:
+        success(f"{report.stack}: benchmarked; {where}")
+    else:
+        warn(f"{report.stack}: a verdict FAILED, the report is marked INVALID; {where}")
+        raise typer.Exit(1)
+
+
+def _preset(name: str | None) -> Preset | None:
+    from generator.services.bench import Preset
+
+    if name is None:
+        return None
+    try:
+        return Preset(name)
+    except ValueError:
+        choices = ", ".join(p.value for p in Preset)
+        raise typer.BadParameter(f"{name!r} is not a preset ({choices})") from None

@@ -1,0 +1,103 @@
+"""Bench settings: presets, load points, the options' parsing, the rendered bench service."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import typer
+
+from generator.bench import check_fits, load_points
+from generator.cli.bench_command import parse_concurrencies, parse_goodput, parse_rates
+from generator.errors import XpydError
+from generator.paths import Workspace
+from generator.plan import Plan, make_plan
+from generator.render import render_stack
+from generator.services.bench import Preset, bench_command, default_preset, preset_settings
+from generator.spec import load_spec
+from tests.conftest import ROOT
+
+
+def _plan(stack: str) -> Plan:
+    return make_plan(load_spec(Workspace(ROOT).stack_file(stack)))
+
+
+def _flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_the_seed_preset_is_seed_as_published() -> None:
+    seed = preset_settings(Preset.SEED_XPYD)
+    command = bench_command(_plan("xpyd"), seed)
+    assert _flag(command, "--random-input-len") == "7500"
+    assert _flag(command, "--random-output-len") == "200"
+    assert _flag(command, "--num-prompts") == "30"
+    assert _flag(command, "--request-rate") == "1"
+    assert _flag(command, "--burstiness") == "100"
+    assert "--ignore-eos" in command
+
+
+@pytest.mark.parametrize("stack", ["cpu-1p1d", "xpyd", "xpyd-mp"])
+def test_the_rendered_bench_service_runs_the_profiles_default_preset(stack: str) -> None:
+    plan = _plan(stack)
+    services = {
+        s.name: s for h in render_stack(plan, Workspace(ROOT)).deployment.hosts for s in h.services
+    }
+    expected = bench_command(plan, preset_settings(default_preset(plan.profile)))
+    assert list(services["bench"].command) == expected
+    assert _flag(expected, "--base-url").endswith(f":{plan.router.port}")
+
+
+def test_goodput_detail_and_percentiles_reach_vllm() -> None:
+    settings = replace(
+        preset_settings(Preset.SMOKE), goodput_slo_ms=(("ttft", 500.0), ("tpot", 50.0))
+    )
+    command = bench_command(_plan("cpu-1p1d"), settings, "point-3.json")
+    goodput = command.index("--goodput")
+    assert command[goodput + 1 : goodput + 3] == ["ttft:500", "tpot:50"]
+    assert "--save-detailed" in command
+    assert _flag(command, "--percentile-metrics") == "ttft,tpot,itl,e2el"
+    assert _flag(command, "--metric-percentiles") == "50,90,99"
+    assert _flag(command, "--result-filename") == "point-3.json"
+
+
+def test_a_sweep_is_every_rate_with_every_concurrency_in_order() -> None:
+    points = load_points(preset_settings(Preset.SMOKE), (1.0, None), (2, 8))
+    assert [p.label for p in points] == [
+        "rate 1/s, concurrency 2",
+        "rate 1/s, concurrency 8",
+        "all at once, concurrency 2",
+        "all at once, concurrency 8",
+    ]
+    assert [(p.settings.request_rate, p.settings.max_concurrency) for p in points] == [
+        (1.0, 2),
+        (1.0, 8),
+        (None, 2),
+        (None, 8),
+    ]
+
+
+def test_sweep_and_slo_options_parse_and_refuse_nonsense() -> None:
+    assert parse_rates("0.5, 2,inf") == (0.5, 2.0, None)
+    assert parse_concurrencies("1,4") == (1, 4)
+    assert parse_goodput("ttft:500,tpot:50") == (("ttft", 500.0), ("tpot", 50.0))
+    for parse, text, message in (
+        (parse_rates, "1,,2", "comma-separated"),
+        (parse_rates, "fast", "not a number"),
+        (parse_rates, "0", "> 0"),
+        (parse_rates, "nan", "> 0"),
+        (parse_concurrencies, "0", ">= 1"),
+        (parse_concurrencies, "2.5", "whole number"),
+        (parse_goodput, "itl:5", "not one of ttft, tpot, e2el"),
+        (parse_goodput, "ttft", "METRIC:MILLISECONDS"),
+        (parse_goodput, "ttft:-1", "> 0"),
+    ):
+        with pytest.raises(typer.BadParameter, match=message):
+            parse(text)
+
+
+def test_a_prompt_longer_than_the_model_allows_is_refused_before_anything_starts() -> None:
+    plan = _plan("cpu-1p1d")
+    with pytest.raises(XpydError, match=r"more than cpu-1p1d.s model\.max_model_len 2048"):
+        check_fits(plan, preset_settings(Preset.SEED_XPYD))
+    check_fits(plan, preset_settings(Preset.SMOKE))
