@@ -4,32 +4,25 @@ stack's network, and read the engines' counters around each point."""
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from generator.bench.results import ArmResult, PointResult, read_point
-from generator.docker import OneOff
-from generator.errors import StackError, XpydError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
 from generator.probes.kv_speed import KvCounters, read_counters, wait_for_transfers
-from generator.services.bench import BENCH_RESULTS_DIR, BenchSettings, bench_command
+from generator.services.bench import BenchSettings
 from generator.topologies import topology_of
+from generator.workflow.bench import run_bench_point
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
 from generator.workflow.runner import TaskFailure
 
 __all__ = ["ArmOptions", "LoadPoint", "remove_stack", "run_arm"]
-
-_PROGRESS_EVERY_S = 15.0
-_LOG_TAIL_LINES = 25
 
 
 @dataclass(frozen=True)
@@ -102,9 +95,7 @@ def _resources(gpus: tuple[int, ...], cpus: tuple[int, ...]) -> str:
 
 
 def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: float) -> PointResult:
-    plan, name = context.plan, f"point-{index}"
-    folder = context.run_dir / "bench"
-    folder.mkdir(parents=True, exist_ok=True)
+    plan = context.plan
     moves_kv = topology_of(plan).verdict_sources(plan) is not None
     context.progress(
         f"{plan.stack}: benchmark at {point.label} ({point.settings.num_prompts} prompts)"
@@ -112,13 +103,10 @@ def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: flo
     with httpx.Client(timeout=30.0) as client:
         engines_before = read_engine_counters(client, plan)
         kv_before = read_counters(client, plan) if moves_kv else None
-        log = _bench_container(
-            context, bench_command(plan, point.settings, f"{name}.json"), name, timeout_s
-        )
-        (folder / f"{name}.log").write_text(log, encoding="utf-8")
+        path = run_bench_point(context, point.settings, f"point-{index}", timeout_s=timeout_s)
         kv = _kv_change(client, plan, kv_before)
         engines = read_engine_counters(client, plan) - engines_before
-    result = read_point(folder / f"{name}.json", point.label, point.settings, engines, kv)
+    result = read_point(path, point.label, point.settings, engines, kv)
     context.progress(f"{plan.stack}: {point.label}: {_headline(result)}")
     return result
 
@@ -129,40 +117,6 @@ def _kv_change(client: httpx.Client, plan: Plan, before: KvCounters | None) -> K
     if before is None:
         return None
     return wait_for_transfers(client, plan, before) - before
-
-
-def _bench_container(context: RunContext, command: list[str], name: str, timeout_s: float) -> str:
-    """Runs the benchmark to the end (bounded); its output. Fails with the log's tail."""
-    compose = context.router_host.compose
-    container = f"{compose.project}-bench-{name}"
-    folder = context.run_dir / "bench"
-    with contextlib.suppress(XpydError):  # left by a run that was killed
-        OneOff(container, compose.endpoint).remove()
-    oneoff = compose.start_oneoff(
-        "bench", command, name=container, env={}, volumes=[(folder.resolve(), BENCH_RESULTS_DIR)]
-    )
-    try:
-        code = _wait(context, oneoff.wait, timeout_s)
-        stdout, stderr = oneoff.output()
-    finally:
-        oneoff.remove()
-    log = stdout + stderr
-    if code is None:
-        raise StackError(f"the benchmark ran past {timeout_s:g} s", hint="raise --point-timeout-s")
-    if code != 0:
-        tail = "\n".join(log.splitlines()[-_LOG_TAIL_LINES:])
-        raise StackError(f"the benchmark exited with code {code}:\n{tail}")
-    return log
-
-
-def _wait(context: RunContext, wait: Callable[[float], int | None], timeout_s: float) -> int | None:
-    started = time.monotonic()
-    while (left := timeout_s - (time.monotonic() - started)) > 0:
-        code = wait(min(_PROGRESS_EVERY_S, left))
-        if code is not None:
-            return code
-        context.progress(f"benchmark running, {time.monotonic() - started:.0f}s")
-    return None
 
 
 def _headline(result: PointResult) -> str:

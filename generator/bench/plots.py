@@ -25,8 +25,10 @@ def draw_plots(report: BenchReport) -> list[str]:
         for arm in report.arms
     }
     drawn = [
-        _distribution(report, samples, "ttfts", "TTFT (ms)", "ttft.png"),
-        _distribution(report, samples, "itls", "inter-token latency (ms)", "itl.png"),
+        _distribution(report, samples, "ttfts", ("TTFT (ms)", "requests"), "ttft.png"),
+        _distribution(
+            report, samples, "itls", ("inter-token latency (ms)", "token gaps"), "itl.png"
+        ),
         _throughput(report, "throughput.png"),
         _against_load(report, "latency_vs_load.png"),
     ]
@@ -48,7 +50,7 @@ def _distribution(
     report: BenchReport,
     samples: dict[str, list[dict[str, list[float]]]],
     key: str,
-    axis: str,
+    axes_titles: tuple[str, str],
     name: str,
 ) -> str:
     """Empirical CDFs, one panel per load point, one line per arm."""
@@ -64,10 +66,11 @@ def _distribution(
                 panel.step(
                     [values[0], *values], fractions, where="post", label=f"{arm} (n={len(values)})"
                 )
-        panel.set(title=label, xlabel=axis, ylabel="fraction of requests" if index == 0 else "")
+        ylabel = f"fraction of {axes_titles[1]}" if index == 0 else ""
+        panel.set(title=label, xlabel=axes_titles[0], ylabel=ylabel)
         panel.grid(alpha=0.3)
         panel.legend()
-    figure.suptitle(f"{report.stack}: {axis.split(' (', maxsplit=1)[0]} distribution")
+    figure.suptitle(f"{report.stack}: {axes_titles[0].split(' (', maxsplit=1)[0]} distribution")
     return _save(figure, report.folder / name)
 
 
