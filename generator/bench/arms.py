@@ -4,6 +4,7 @@ stack's network, and read the engines' counters around each point."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class ArmOptions:
     point_timeout_s: float
     wait_scale: float = 1.0
     rebuild: bool = False
+    idle_window_s: float = 10.0  # how long the idle stack's CPU use is sampled (0: not)
 
 
 def run_arm(
@@ -61,6 +63,8 @@ def run_arm(
             f"{plan.stack}: the verdict FAILED; benchmarking anyway, results marked invalid",
         )
     result = _arm_result(arm, context)
+    if options.idle_window_s > 0:
+        result.idle_cpu_percent = _idle_cpu(context, options.idle_window_s)
     for index, point in enumerate(options.points):
         result.points.append(_run_point(context, index, point, options.point_timeout_s))
     return result, context
@@ -86,6 +90,19 @@ def _arm_result(arm: str, context: RunContext) -> ArmResult:
         verdict=verdict.as_dict(),
         kv_per_request=list(verdict.kv_transfers),
     )
+
+
+def _idle_cpu(context: RunContext, window_s: float) -> dict[str, float]:
+    """Mean CPU use per service (% of one core) while nothing is asked of the stack: a stack
+    that spins when idle steals the cores its neighbours (and its own engines) need."""
+    context.progress(f"{context.plan.stack}: sampling CPU use while idle ({window_s:g} s)")
+    samples: dict[str, list[float]] = {}
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline:
+        for stack in context.hosts.values():
+            for service, percent in stack.compose.cpu_percentages().items():
+                samples.setdefault(service, []).append(percent)
+    return {service: sum(values) / len(values) for service, values in sorted(samples.items())}
 
 
 def _resources(gpus: tuple[int, ...], cpus: tuple[int, ...]) -> str:

@@ -143,7 +143,15 @@ def _arm_line(arm: ArmResult) -> str:
     line = (
         f"- **{arm.arm}**: {arm.stack} ({arm.topology}, {arm.router}), {engines}; verdict {verdict}"
     )
-    return line + (f"; KV per request (verdict): {kv}" if kv else "")
+    line += f"; KV per request (verdict): {kv}" if kv else ""
+    return line + _idle_text(arm.idle_cpu_percent)
+
+
+def _idle_text(idle: dict[str, float]) -> str:
+    if not idle:
+        return ""
+    each = ", ".join(f"{service} {percent:.1f}%" for service, percent in idle.items())
+    return f"; CPU while idle: {sum(idle.values()):.1f}% of a core in all ({each})"
 
 
 def _labels(report: BenchReport) -> list[str]:

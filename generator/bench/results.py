@@ -76,6 +76,7 @@ class ArmResult:
     verdict: dict[str, Any]
     kv_per_request: list[dict[str, Any]]  # the verdict's KV speed measurement
     points: list[PointResult] = field(default_factory=list)
+    idle_cpu_percent: dict[str, float] = field(default_factory=dict)  # per service, 1 core = 100
 
     @property
     def valid(self) -> bool:

@@ -132,6 +132,15 @@ def bench(
     point_timeout_s: Annotated[
         float, typer.Option(min=10, max=86400, help="Give up on one load point after this.")
     ] = 1800.0,
+    idle_window_s: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=3600,
+            help="Sample each service's CPU use this long while the stack is idle, before the "
+            "first point (0: skip); the report shows it.",
+        ),
+    ] = 10.0,
     wait_scale: Annotated[
         float,
         typer.Option(envvar="XPYD_WAIT_SCALE", min=0.01, max=1000.0, help="As for `up`."),
@@ -194,6 +203,7 @@ def bench(
             point_timeout_s=point_timeout_s,
             wait_scale=wait_scale,
             rebuild=rebuild,
+            idle_window_s=idle_window_s,
         ),
         baseline=baseline is not None,
         down=down,

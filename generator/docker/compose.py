@@ -91,6 +91,20 @@ class ComposeStack:
             )
         return sorted(states, key=lambda s: s.service)
 
+    def cpu_percentages(self) -> dict[str, float]:
+        """Each running service's CPU use (% of one core) over the engine's last sample
+        (`docker stats --no-stream`: about a second)."""
+        running = {s.container: s.service for s in self.ps() if s.status == "running"}
+        if not running:
+            return {}
+        with translated(f"reading CPU use of {self.project}"):
+            stats = client(self.endpoint).stats(list(running))
+        return {
+            running[s.container_name]: s.cpu_percentage
+            for s in stats
+            if s.container_name in running
+        }
+
     def logs(self, service: str | None = None, *, tail: int | None = None) -> str:
         with translated(f"reading logs of {service or self.project}"):
             text = self._client.compose.logs(

@@ -80,6 +80,13 @@ def test_pd_moved_kv_and_the_baseline_none(report: dict[str, Any]) -> None:
     assert colocated["engines"] == pd["engines"]  # same cores, same names
 
 
+def test_idle_cpu_was_sampled_for_every_service(report: dict[str, Any]) -> None:
+    for arm in report["arms"]:
+        idle = arm["idle_cpu_percent"]
+        assert set(arm["engines"]) | {"router"} <= set(idle)
+        assert all(percent >= 0 for percent in idle.values())
+
+
 def test_report_files_and_plots(report: dict[str, Any]) -> None:
     import matplotlib.image
 
