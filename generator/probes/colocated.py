@@ -9,7 +9,7 @@ import httpx
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
 from generator.probes.readiness import router_url
-from generator.probes.smoke import SMOKE_MAX_TOKENS, chat_stream, complete, sized_prompt
+from generator.probes.requests import SMOKE_MAX_TOKENS, chat_stream, complete, sized_prompt
 from generator.probes.verdict import SmokeResult, VerdictRow
 
 __all__ = ["run_colocated_smoke"]

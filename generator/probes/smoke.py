@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from generator.plan import ColocatedTopology, Plan
+from generator.probes.colocated import run_colocated_smoke
 from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
 from generator.probes.kv_speed import (
     KvCounters,
@@ -22,32 +23,18 @@ from generator.probes.kv_speed import (
     wait_for_transfers,
 )
 from generator.probes.readiness import router_url
+from generator.probes.requests import SMOKE_MAX_TOKENS, chat_stream, complete, sized_prompt
 from generator.probes.verdict import SmokeResult, VerdictRow
 from generator.routers import router_of
 from generator.spec import Profile
 from generator.topologies import VerdictSources, topology_of
 
-__all__ = [
-    "SMOKE_MAX_TOKENS",
-    "ReadInside",
-    "SmokeResult",
-    "VerdictRow",
-    "chat_stream",
-    "complete",
-    "run_smoke",
-    "sized_prompt",
-]
+__all__ = ["ReadInside", "SmokeResult", "VerdictRow", "run_smoke"]
 
 ReadInside = Callable[[str, str], str]
 
 _SOURCE = "vllm:prompt_tokens_by_source_total"
-SMOKE_MAX_TOKENS = 16
 _SMOKE_REQUESTS = 2  # a completion and a streaming chat completion
-_SENTENCE = (
-    "prefill decode cache tensor router token stream latency batch kernel memory transfer "
-    "network engine model layer attention chunk buffer queue worker request session"
-)
-_WORDS = _SENTENCE.split()
 
 
 def run_smoke(
@@ -63,8 +50,6 @@ def run_smoke(
     transport)."""
     sources = topology_of(plan).verdict_sources(plan)
     if sources is None:  # no KV moves: the colocated verdict
-        from generator.probes.colocated import run_colocated_smoke
-
         return run_colocated_smoke(plan, nonce=nonce, timeout_s=timeout_s)
     router = router_url(plan)
     model = plan.model.served_name
@@ -144,74 +129,6 @@ def _kv_prompt_tokens(plan: Plan) -> int:
     if plan.profile is not Profile.CPU or isinstance(topology, ColocatedTopology):
         return 4096
     return 3 * topology.chunk_size
-
-
-def sized_prompt(client: httpx.Client, plan: Plan, nonce: str, tokens: int) -> str:
-    """A fresh prompt (the nonce defeats prefix caches) of about ``tokens`` tokens, sized with
-    the first decoder's own tokenizer to stay inside max_model_len."""
-    limit = (plan.model.max_model_len or 4096) - SMOKE_MAX_TOKENS - 64
-    target = max(1, min(tokens, limit))
-    words = [f"run {nonce}:"] + [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(target)]
-    decoder = plan.decode[0]
-    url = f"http://{plan.reach_address(decoder.host)}:{decoder.http_port}/tokenize"
-    while len(words) > 2:
-        prompt = " ".join(words)
-        body = {"model": plan.model.served_name, "prompt": prompt}
-        count = int(client.post(url, json=body).json()["count"])
-        if count <= limit:
-            return prompt
-        words = words[: max(2, len(words) * limit // count - 1)]
-    return " ".join(words)
-
-
-def complete(
-    client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
-) -> dict[str, Any]:
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": SMOKE_MAX_TOKENS,
-        "temperature": 0,
-        "ignore_eos": True,
-    }
-    response = client.post(f"{router}/v1/completions", json=body, headers=headers)
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
-    # Our proxy names the pair it used in headers; vllm-router stamps the response id.
-    result["_pair"] = (
-        response.headers.get("X-Xpyd-Prefill"),
-        response.headers.get("X-Xpyd-Decode"),
-    )
-    return result
-
-
-def chat_stream(
-    client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
-) -> tuple[str, int]:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": SMOKE_MAX_TOKENS,
-        "temperature": 0,
-        "stream": True,
-    }
-    text, chunks, done = [], 0, False
-    with client.stream(
-        "POST", f"{router}/v1/chat/completions", json=body, headers=headers
-    ) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            payload = line.removeprefix("data: ").strip()
-            if payload == "[DONE]":
-                done = True
-                break
-            event = json.loads(payload)
-            for choice in event.get("choices", []):
-                text.append((choice.get("delta") or {}).get("content") or "")
-            chunks += 1
-    return "".join(text), chunks if done else 0
 
 
 def _kv_rows(
