@@ -116,6 +116,7 @@ def markdown(report: BenchReport) -> str:
     lines += [_arm_line(arm) for arm in report.arms] + [""]
     if report.reference:
         lines += [f"Reference: {report.reference.source}: {report.reference.hardware}.", ""]
+    lines += ["## Summary: a row per load point and arm", "", *_summary(report), ""]
     for index, label in enumerate(_labels(report)):
         lines += [f"## {label}", "", *_table(report, index), ""]
     lines += [f"![{Path(plot).stem}]({plot})" for plot in report.plots]
@@ -152,6 +153,32 @@ def _idle_text(idle: dict[str, float]) -> str:
         return ""
     each = ", ".join(f"{service} {percent:.1f}%" for service, percent in idle.items())
     return f"; CPU while idle: {sum(idle.values()):.1f}% of a core in all ({each})"
+
+
+_SUMMARY = (
+    ("request_throughput", "req/s", "{:.2f}"),
+    ("request_goodput", "goodput req/s", "{:.2f}"),
+    ("output_throughput", "output tok/s", "{:.1f}"),
+    ("mean_ttft_ms", "mean TTFT ms", "{:.1f}"),
+    ("p99_ttft_ms", "p99 TTFT ms", "{:.1f}"),
+    ("mean_itl_ms", "mean ITL ms", "{:.2f}"),
+    ("p99_itl_ms", "p99 ITL ms", "{:.2f}"),
+)
+
+
+def _summary(report: BenchReport) -> list[str]:
+    header = ["load", "arm", *(title for _, title, _ in _SUMMARY), "KV tokens"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for index, label in enumerate(_labels(report)):
+        for arm in report.arms:
+            if index >= len(arm.points):
+                continue
+            point = arm.points[index]
+            cells = [_cell(point.metrics.get(key), shape) for key, _, shape in _SUMMARY]
+            rows.append(
+                "| " + " | ".join([label, arm.arm, *cells, f"{point.kv_tokens:.0f}"]) + " |"
+            )
+    return rows
 
 
 def _labels(report: BenchReport) -> list[str]:

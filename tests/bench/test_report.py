@@ -91,6 +91,8 @@ def test_a_run_that_completed_nothing_or_wrote_nothing_is_refused(tmp_path: Path
 def test_markdown_sets_the_arms_side_by_side(tmp_path: Path) -> None:
     text = markdown(report(tmp_path))
     assert "| metric | pd | colocated |" in text
+    assert "| load | arm | req/s | goodput req/s |" in text
+    assert "| all at once | colocated | 1.50 | - | 1.5 | 100.0 |" in text
     assert "| prompt tokens received as KV | 2048 | 0 |" in text
     assert "| mean TTFT (ms) | 200.00 | 100.00 |" in text
     assert "goodput SLO: ttft <= 500 ms" in text
