@@ -9,7 +9,13 @@ import httpx
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
 from generator.probes.readiness import router_url
-from generator.probes.requests import SMOKE_MAX_TOKENS, chat_stream, complete, sized_prompt
+from generator.probes.requests import (
+    answer_rows,
+    chat_stream,
+    complete,
+    completion_text,
+    sized_prompt,
+)
 from generator.probes.verdict import SmokeResult, VerdictRow
 
 __all__ = ["run_colocated_smoke"]
@@ -31,15 +37,7 @@ def run_colocated_smoke(plan: Plan, *, nonce: str, timeout_s: float = 180.0) -> 
     usage = completion.get("usage") or {}
     served = sorted(name for name, count in change.requests.items() if count > 0)
     rows = [
-        VerdictRow(
-            "completion via router",
-            f"{usage.get('completion_tokens', 0)} tokens",
-            f"{SMOKE_MAX_TOKENS} tokens",
-            usage.get("completion_tokens") == SMOKE_MAX_TOKENS,
-        ),
-        VerdictRow(
-            "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
-        ),
+        *answer_rows(completion, chunks),
         VerdictRow(
             "prompt tokens received as KV (all engines: external_kv_transfer)",
             f"{change.kv_tokens:.0f}",
@@ -59,5 +57,5 @@ def run_colocated_smoke(plan: Plan, *, nonce: str, timeout_s: float = 180.0) -> 
             len(served) == len(plan.engines),
         ),
     ]
-    text = completion["choices"][0].get("text", "") if completion.get("choices") else ""
+    text = completion_text(completion)
     return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))

@@ -9,8 +9,16 @@ from typing import Any
 import httpx
 
 from generator.plan import Plan
+from generator.probes.verdict import VerdictRow
 
-__all__ = ["SMOKE_MAX_TOKENS", "chat_stream", "complete", "sized_prompt"]
+__all__ = [
+    "SMOKE_MAX_TOKENS",
+    "answer_rows",
+    "chat_stream",
+    "complete",
+    "completion_text",
+    "sized_prompt",
+]
 
 SMOKE_MAX_TOKENS = 16
 _SENTENCE = (
@@ -86,3 +94,24 @@ def chat_stream(
                 text.append((choice.get("delta") or {}).get("content") or "")
             chunks += 1
     return "".join(text), chunks if done else 0
+
+
+def answer_rows(completion: dict[str, Any], chunks: int) -> list[VerdictRow]:
+    """Both kinds of request were answered in full through the router."""
+    tokens = (completion.get("usage") or {}).get("completion_tokens")
+    return [
+        VerdictRow(
+            "completion via router",
+            f"{tokens or 0} tokens",
+            f"{SMOKE_MAX_TOKENS} tokens",
+            tokens == SMOKE_MAX_TOKENS,
+        ),
+        VerdictRow(
+            "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
+        ),
+    ]
+
+
+def completion_text(completion: dict[str, Any]) -> str:
+    choices = completion.get("choices") or [{}]
+    return str(choices[0].get("text", ""))

@@ -23,7 +23,13 @@ from generator.probes.kv_speed import (
     wait_for_transfers,
 )
 from generator.probes.readiness import router_url
-from generator.probes.requests import SMOKE_MAX_TOKENS, chat_stream, complete, sized_prompt
+from generator.probes.requests import (
+    answer_rows,
+    chat_stream,
+    complete,
+    completion_text,
+    sized_prompt,
+)
 from generator.probes.verdict import SmokeResult, VerdictRow
 from generator.routers import router_of
 from generator.spec import Profile
@@ -71,22 +77,14 @@ def run_smoke(
     transport = transport_in_logs(plan, logs, per_request) if logs else None
     usage = completion.get("usage") or {}
     rows = [
-        VerdictRow(
-            "completion via router",
-            f"{usage.get('completion_tokens', 0)} tokens",
-            f"{SMOKE_MAX_TOKENS} tokens",
-            usage.get("completion_tokens") == SMOKE_MAX_TOKENS,
-        ),
-        VerdictRow(
-            "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
-        ),
+        *answer_rows(completion, chunks),
         *_kv_rows(sources, before, after),
         kv_speed_row(plan, per_request, transport),
         _stamp_row(plan, completion),
         _lmcache_row(plan, objects_before, objects_after),
         _stickiness_row(plan, router, model, headers),
     ]
-    text = completion["choices"][0].get("text", "") if completion.get("choices") else ""
+    text = completion_text(completion)
     transfers = tuple(_transfer(name, counters, transport) for name, counters in per_request)
     return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)), transfers)
 
