@@ -8,8 +8,8 @@ Why the non-obvious settings are there (measured, see NOTES.md):
   ``ipc: host`` for CUDA IPC and LMCache shared memory, ``SYS_PTRACE`` for cross-process
   memory access, ``IPC_LOCK`` and unlimited memlock for RDMA memory registration; RDMA
   devices only where the plan moves KV between hosts (their absence fails container creation).
-- CPU engines are pinned to one core each (the NIXL progress thread spins a whole core; two
-  unpinned engines on two cores stall for the 30 s KV lease) and see an empty
+- CPU engines are pinned to one core each (NIXL's stock progress thread spins a whole core;
+  two unpinned engines on two cores stalled for the 30 s KV lease) and see an empty
   ``/sys/devices/system/node``: vLLM's NIXL worker otherwise reads the host NUMA layout,
   ignores the cpuset and fails ``sched_setaffinity``.
 - CPU engines give NIXL's UCX progress thread a poll timeout (``NIXL_PTHR_DELAY_ENV``, read by
