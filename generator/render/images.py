@@ -16,6 +16,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.jinja import render_template
 from generator.routers import router_of
+from generator.services.parts import CPU_NIXL_PTHR_DELAY_US, NIXL_PTHR_DELAY_ENV
 from generator.spec import Profile
 from generator.topologies import topology_of
 from generator.versions import PackagePins, load_versions
@@ -130,8 +131,9 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "lock": lock,
         "synthetic_model": synthetic,
         "check_script": _CHECK_SCRIPT,
-        "check_args": _check_args(pip_gaps),
+        "check_args": _check_args(pip_gaps, idle_check=cpu),
         "kv_probe": KV_PROBE,
+        "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
     }
     inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([_TINY_MODEL_SCRIPT] if synthetic else [])
     return _BaseStages(template, context, inputs, base_image)
@@ -149,8 +151,10 @@ def _locked_gpu_pins(plan: Plan) -> PackagePins:
     return pins
 
 
-def _check_args(pip_gaps: list[tuple[str, str]]) -> list[str]:
+def _check_args(pip_gaps: list[tuple[str, str]], *, idle_check: bool) -> list[str]:
     args = [f"--connector {name}" for name in _KV_CONNECTORS]
+    # The cpu image's NIXL patch (engine-base-cpu.Dockerfile.j2), measured while building.
+    args += [f"--nixl-idle-delay-us {CPU_NIXL_PTHR_DELAY_US}"] if idle_check else []
     return args + [f"--allow-missing {dist}:{requirement}" for dist, requirement in pip_gaps]
 
 

@@ -8,10 +8,16 @@ Why the non-obvious settings are there (measured, see NOTES.md):
   ``ipc: host`` for CUDA IPC and LMCache shared memory, ``SYS_PTRACE`` for cross-process
   memory access, ``IPC_LOCK`` and unlimited memlock for RDMA memory registration; RDMA
   devices only where the plan moves KV between hosts (their absence fails container creation).
-- CPU engines are pinned to one core each (the NIXL progress thread spins a whole core; two
-  unpinned engines on two cores stall for the 30 s KV lease) and see an empty
+- CPU engines are pinned to one core each (NIXL's stock progress thread spins a whole core;
+  two unpinned engines on two cores stalled for the 30 s KV lease) and see an empty
   ``/sys/devices/system/node``: vLLM's NIXL worker otherwise reads the host NUMA layout,
   ignores the cpuset and fails ``sched_setaffinity``.
+- CPU engines give NIXL's UCX progress thread a poll timeout (``NIXL_PTHR_DELAY_ENV``, read by
+  the cpu image's patch of NIXL's Python agent): NIXL hard-codes 0, and the thread then spins
+  60-80% of each engine's core on an idle stack. It sleeps on the UCX worker's event fd, so
+  KV traffic still wakes it at once; the timeout only bounds a sleep. GPU engines keep NIXL's
+  default (their image is not patched: a GPU host has cores to spare, and the latency of
+  RDMA/NVLink transfers there was not measured with a timeout).
 - Healthchecks have a finite ``start_period``: a vLLM that cannot bind its NIXL side channel
   hangs in "starting" forever instead of exiting.
 """
@@ -46,7 +52,9 @@ from generator.topologies import topology_of
 from generator.topologies.nixl_mp import lmcache_server_command
 
 __all__ = [
+    "CPU_NIXL_PTHR_DELAY_US",
     "HF_HOME",
+    "NIXL_PTHR_DELAY_ENV",
     "bench_service",
     "engine_service",
     "gpu_env",
@@ -59,6 +67,8 @@ VLLM_CACHE = "/root/.cache/vllm"  # model-info and torch.compile caches: ~7 s (C
 _START_PERIOD_S = {Profile.GPU: 900, Profile.CPU: 300}
 _SHM_MIB = 1024  # Docker's 64 MiB /dev/shm breaks vLLM and LMCache
 _HF_TOKEN_PATH = "/run/secrets/hf_token"  # a secret, never an env value
+NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the cpu image's NIXL patch reads it
+CPU_NIXL_PTHR_DELAY_US = 10_000  # longest sleep of an idle progress thread: 100 wakeups/s
 
 
 def engine_service(
@@ -168,6 +178,7 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, engine.cuda_devices))
     else:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
+        env[NIXL_PTHR_DELAY_ENV] = str(CPU_NIXL_PTHR_DELAY_US)
     return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
 
 

@@ -9,6 +9,9 @@ LMCache stays on its torch baseline without its CUDA ops), so each piece is impo
 - ``nixl._api`` (what vLLM and LMCache import) and NIXL's UCX plugin, listed by an agent made
   without any backend (no transfer, no network, no GPU);
 - each ``--connector`` loads through vLLM's KV connector factory;
+- with ``--nixl-idle-delay-us N``: a NIXL agent with the UCX backend and its progress thread, as
+  vLLM makes it, uses (almost) no CPU while idle once ``XPYD_NIXL_PTHR_DELAY_US`` is N (the cpu
+  image patches NIXL's hard-coded zero poll timeout; unpatched, the thread spins a core);
 - with ``--cuda-major N``: torch is a CUDA N build, NIXL's only variant is nixl-cuN, and
   ``lmcache.cuda_ops`` imports. Importing it needs libcudart (in the image), not the driver's
   libcuda, so this works in ``docker build``, which has no GPU.
@@ -23,14 +26,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 _NOT_INSTALLED = re.compile(r"^(\S+) \S+ requires (\S+), which is not installed\.$")
 _NIXL_VARIANT = re.compile(r"^nixl-cu(\d+)$")
+NIXL_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # read by the cpu image's patched nixl_cu12/_api.py
+_IDLE_CPU_SHARE = 0.2  # of one core; an unpatched progress thread takes all it gets
 
 
 class CheckFailedError(Exception):
@@ -85,6 +92,27 @@ def check_nixl(cuda_major: int | None) -> str:
     return f"NIXL: {api.__name__} lists the UCX plugin ({len(plugins)} plugins)"
 
 
+def check_nixl_idle(delay_us: int) -> str:
+    os.environ[NIXL_DELAY_ENV] = str(delay_us)
+    try:
+        api = importlib.import_module("nixl._api")
+    except ImportError as exc:
+        raise CheckFailedError(f"NIXL idle: `import nixl._api` failed: {exc}") from exc
+    # vLLM's NixlConnector: UCX, the progress thread, 4 transfer threads.
+    agent = api.nixl_agent("xpyd-idle-check", api.nixl_agent_config(num_threads=4))
+    time.sleep(0.5)  # past the backend's start
+    cpu_s, wall_s = time.process_time(), time.monotonic()
+    time.sleep(2)
+    share = (time.process_time() - cpu_s) / (time.monotonic() - wall_s)
+    del agent
+    if share > _IDLE_CPU_SHARE:
+        raise CheckFailedError(
+            f"NIXL: an idle agent uses {share:.0%} of a core with {NIXL_DELAY_ENV}={delay_us}"
+            " (is nixl_cu12/_api.py patched?)"
+        )
+    return f"NIXL: an idle agent uses {share:.1%} of a core with {NIXL_DELAY_ENV}={delay_us}"
+
+
 def check_nixl_variants(cuda_major: int) -> str:
     variants = sorted(
         name
@@ -133,6 +161,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--connector", action="append", default=[], help="a vLLM KV connector that must load"
     )
     parser.add_argument(
+        "--nixl-idle-delay-us",
+        type=int,
+        help=f"check that an idle NIXL agent sleeps with {NIXL_DELAY_ENV} set to this",
+    )
+    parser.add_argument(
         "--allow-missing",
         action="append",
         default=[],
@@ -155,6 +188,9 @@ def planned_checks(arguments: argparse.Namespace) -> list[Check]:
     # Connectors before NIXL: vLLM sets UCX's cache limit only if NIXL is not imported yet.
     checks += [(f"KV connector {name}", _connector_check(name)) for name in arguments.connector]
     checks.append(("NIXL", lambda: check_nixl(cuda_major)))
+    delay_us: int | None = arguments.nixl_idle_delay_us
+    if delay_us is not None:
+        checks.append(("NIXL idle", lambda: check_nixl_idle(delay_us)))
     if cuda_major is not None:
         checks += [
             ("NIXL variants", lambda: check_nixl_variants(cuda_major)),

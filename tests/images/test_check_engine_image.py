@@ -82,6 +82,20 @@ def test_check_passes_in_the_cpu_image(cpu_image: tuple[str, list[str]]) -> None
     assert "ok: pip check" in result.stdout
     assert "ok: NIXL: nixl_cu12._api lists the UCX plugin" in result.stdout
     assert "ok: vLLM: KV connector LMCacheConnectorV1" in result.stdout
+    assert "ok: NIXL: an idle agent uses" in result.stdout
+
+
+@pytest.mark.docker
+def test_idle_check_fails_on_nixl_unpatched(cpu_image: tuple[str, list[str]]) -> None:
+    """Upstream's hard-coded zero poll timeout: the progress thread spins, the check sees it."""
+    image, arguments = cpu_image
+    assert "--nixl-idle-delay-us" in arguments
+    api = "$(python3 -c 'import nixl_cu12._api as a; print(a.__file__)')"
+    unpatch = rf"sed -i 's/pthrDelay = int(.*$/pthrDelay = 0/' {api} && "
+    result = run_in(image, f"{unpatch}python3 {IN_IMAGE} --nixl-idle-delay-us 10000")
+    assert result.returncode == 1, result.stdout
+    assert "FAILED: NIXL: an idle agent uses" in result.stderr
+    assert "with XPYD_NIXL_PTHR_DELAY_US=10000 (is nixl_cu12/_api.py patched?)" in result.stderr
 
 
 @pytest.mark.docker
@@ -99,6 +113,7 @@ def test_check_fails_on_an_unknown_connector_and_a_missing_nixl(
         "FAILED: vLLM: KV connector NoSuchConnector does not load: "
         "ValueError: Connector 'NoSuchConnector' is not registered.",
         "FAILED: NIXL: `import nixl._api` failed: No module named 'nixl'",
+        "FAILED: NIXL idle: `import nixl._api` failed: No module named 'nixl'",
     ]
     # pip check itself stays green: nothing requires the meta package.
     assert "ok: pip check" in result.stdout

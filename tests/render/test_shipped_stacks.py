@@ -108,6 +108,7 @@ def test_gpu_services_reserve_device_ids_and_share_namespaces(workspace: Workspa
         assert "devices" not in service  # one host: no RDMA devices to require
         assert service["environment"]["PYTHONHASHSEED"] == "0"
         assert service["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
+        assert "XPYD_NIXL_PTHR_DELAY_US" not in service["environment"]  # GPU: NIXL as shipped
     assert compose(workspace, "xpyd")["secrets"] == {"hf_token": {"environment": "HF_TOKEN"}}
 
 
@@ -167,6 +168,8 @@ def test_cpu_stack_pins_each_engine_to_its_own_core(workspace: Workspace) -> Non
         service = services[name]
         assert service["cpuset"] == core
         assert service["environment"]["VLLM_CPU_OMP_THREADS_BIND"] == core
+        # NIXL's progress thread sleeps while idle (the cpu image's patch reads it).
+        assert service["environment"]["XPYD_NIXL_PTHR_DELAY_US"] == "10000"
         assert {
             "type": "tmpfs",
             "target": "/sys/devices/system/node",
