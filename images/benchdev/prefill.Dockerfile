@@ -54,6 +54,19 @@ ENV PATH=/opt/venv/bin:$PATH \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 
+# === BEGIN NIXL progress thread idle ===
+# Patch of nixl_cu12/_api.py (nixl-cu12 1.5.1, nixl_agent.__init__): it hard-codes
+# `agent_config.pthrDelay = 0`, the poll() timeout of the UCX progress thread, so that thread
+# polls without sleeping and burns ~60-80% of an engine's core while the stack is idle (NIXL has
+# no setting for it; vLLM's NixlConnector cannot pass one). Read it from XPYD_NIXL_PTHR_DELAY_US
+# instead (default 0: upstream's behaviour). With a timeout the thread sleeps on the UCX
+# worker's event fd, which wakes it at once when KV traffic arrives; the check below measures it.
+RUN api="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nixl_cu12/_api.py" \
+ && if ! grep -q '^        agent_config.pthrDelay = 0$' "$api"; then \
+        echo "$api no longer hard-codes pthrDelay = 0: review this patch" >&2; exit 1; fi \
+ && sed -i 's/^        agent_config.pthrDelay = 0$/        agent_config.pthrDelay = int(__import__("os").environ.get("XPYD_NIXL_PTHR_DELAY_US", "0"))/' "$api" \
+ && grep -q 'XPYD_NIXL_PTHR_DELAY_US' "$api"
+
 # === BEGIN build-time checks ===
 # A broken image fails here, while building, not while serving: pip check (less the gaps named
 # on purpose), NIXL's UCX plugin, vLLM's KV connectors and, with --cuda-major, LMCache's CUDA
@@ -63,6 +76,7 @@ RUN python3 /opt/xpyd/check_engine_image.py \
         --connector NixlConnector \
         --connector LMCacheMPConnector \
         --connector LMCacheConnectorV1 \
+        --nixl-idle-delay-us 10000 \
         --allow-missing lmcache:cuda-python \
         --allow-missing lmcache:cufile-python \
         --allow-missing lmcache:cupy-cuda13x \
