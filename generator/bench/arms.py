@@ -63,9 +63,9 @@ def run_arm(
             f"{plan.stack}: the verdict FAILED; benchmarking anyway, results marked invalid",
         )
     result = _arm_result(arm, context)
-    if options.idle_window_s > 0:
-        result.idle_cpu_percent = _idle_cpu(context, options.idle_window_s)
     try:
+        if options.idle_window_s > 0:
+            result.idle_cpu_percent = _idle_cpu(context, options.idle_window_s)
         for index, point in enumerate(options.points):
             result.points.append(_run_point(context, index, point, options.point_timeout_s))
     except KeyboardInterrupt:  # as `up` does: Ctrl+C leaves nothing running
