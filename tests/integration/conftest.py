@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +36,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def cli(*args: str, root: Path = ROOT, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, root=root, timeout_s=timeout_s)
+
+
+def interrupt_cli(
+    *args: str, after_line: str, env: dict[str, str], delay_s: float = 0.0, cwd: Path = ROOT
+) -> tuple[int, str]:
+    """Runs the CLI and presses Ctrl+C (SIGINT) ``delay_s`` after a stderr line containing
+    ``after_line``; its exit code and everything it wrote on stderr."""
+    # A test run started in the background inherits an ignored SIGINT (the shell's doing) and
+    # passes it on, and Python then never raises KeyboardInterrupt: while starting the child,
+    # handle SIGINT here (a handler becomes the default in the child, as on a terminal).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "generator", *args],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if after_line in line:
+            break
+    time.sleep(delay_s)
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=180)
+    return process.returncode, "".join(seen) + rest
 
 
 def project_states(root: Path, stack: str, project: str) -> list[ServiceState]:

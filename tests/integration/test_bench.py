@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import ROOT, cli, project_states
+from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states
 
 pytestmark = pytest.mark.stack
 STACK = "cpu-1p1d"
@@ -110,28 +109,13 @@ def test_nothing_is_left_running(report: dict[str, Any]) -> None:
 
 def test_ctrl_c_during_a_point_leaves_nothing_running(report: dict[str, Any]) -> None:
     env = {**os.environ, "CI": "1", "NO_COLOR": "1"}
-    # As in test_cpu_stack: a background test run inherits an ignored SIGINT; give the child
-    # the default handler so that it raises KeyboardInterrupt like on a terminal.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "generator", "bench", STACK, "--idle-window-s", "0",
-             "--num-prompts", "200", "--request-rate", "10", "--run-id", f"{RUN_ID}-interrupted"],
-            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-        )  # fmt: skip
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert process.stderr is not None
-    seen = []
-    for line in process.stderr:
-        seen.append(line)
-        if "benchmark at" in line:  # its one-off container starts now and runs ~20 s
-            break
-    time.sleep(6)
-    process.send_signal(signal.SIGINT)
-    _, rest = process.communicate(timeout=180)
-    assert process.returncode == 130, "".join(seen) + rest
-    assert "interrupted, removing it" in rest
+    # The point's one-off container starts right after "benchmark at" and runs ~20 s.
+    code, stderr = interrupt_cli(
+        "bench", STACK, "--idle-window-s", "0", "--num-prompts", "200", "--request-rate", "10",
+        "--run-id", f"{RUN_ID}-interrupted", after_line="benchmark at", delay_s=6, env=env,
+    )  # fmt: skip
+    assert code == 130, stderr
+    assert "interrupted, removing it" in stderr
     assert not project_states(ROOT, STACK, "xpyd-cpu-1p1d")
     leftovers = subprocess.run(
         ["docker", "ps", "-aq", "--filter", "name=xpyd-cpu-1p1d-bench"],

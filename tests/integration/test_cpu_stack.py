@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,7 +23,7 @@ from generator.plan import make_plan
 from generator.probes import run_smoke
 from generator.probes.http import read_here
 from generator.spec import load_spec
-from tests.integration.conftest import ROOT, cli, project_states, workspace_copy
+from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states, workspace_copy
 
 pytestmark = pytest.mark.stack
 STACK, PROJECT = "cpu-1p1d", "xpyd-cpu-1p1d"
@@ -184,29 +182,11 @@ def test_ctrl_c_during_up_leaves_no_containers(
     root = workspace_copy(scratch_root / "interrupt")
     overrides = set_flags(["name=cpu-intr", *SHIFTED])
     env = {**os.environ, "XPYD_ROOT": str(root), "CI": "1", "NO_COLOR": "1"}
-    # A test run started in the background inherits an ignored SIGINT (the shell's doing) and
-    # passes it on, and Python then never raises KeyboardInterrupt: while starting the child,
-    # handle SIGINT here (a handler becomes the default in the child, as on a terminal).
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "generator", "up", STACK, *overrides],
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert process.stderr is not None
-    seen = []
-    for line in process.stderr:
-        seen.append(line)
-        if "wait-prefill-0: started" in line:
-            break
-    process.send_signal(signal.SIGINT)
-    _, rest = process.communicate(timeout=180)
-    assert process.returncode == 130, "".join(seen) + rest
-    assert "removing the stack's containers" in rest
+    code, stderr = interrupt_cli(
+        "up", STACK, *overrides, after_line="wait-prefill-0: started", env=env
+    )
+    assert code == 130, stderr
+    assert "removing the stack's containers" in stderr
     assert project_states(root, "cpu-intr", "xpyd-cpu-intr") == []
 
 
