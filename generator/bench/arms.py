@@ -25,6 +25,8 @@ from generator.workflow.runner import TaskFailure
 
 __all__ = ["ArmOptions", "LoadPoint", "remove_stack", "run_arm"]
 
+_SAMPLE_EVERY_S = 2.0
+
 
 @dataclass(frozen=True)
 class LoadPoint:
@@ -103,10 +105,12 @@ def _idle_cpu(context: RunContext, window_s: float) -> dict[str, float]:
     context.progress(f"{context.plan.stack}: sampling CPU use while idle ({window_s:g} s)")
     samples: dict[str, list[float]] = {}
     deadline = time.monotonic() + window_s
-    while time.monotonic() < deadline:
+    while (started := time.monotonic()) < deadline:
         for stack in context.hosts.values():
             for service, percent in stack.compose.cpu_percentages().items():
                 samples.setdefault(service, []).append(percent)
+        # `docker stats` samples about a second; never poll faster than that
+        time.sleep(max(0.0, _SAMPLE_EVERY_S - (time.monotonic() - started)))
     return {service: sum(values) / len(values) for service, values in sorted(samples.items())}
 
 

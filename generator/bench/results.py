@@ -95,12 +95,8 @@ def read_point(
     engines: EngineCounters,
     kv: KvCounters | None,
 ) -> PointResult:
-    """One point from vLLM's JSON; refuses a run that completed nothing."""
-    if not path.is_file():
-        raise StackError(
-            f"the benchmark wrote no result ({path.name})",
-            hint=f"read {path.with_suffix('.log')}",
-        )
+    """One point from vLLM's JSON (workflow.bench made sure it exists); refuses a run that
+    completed nothing."""
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     metrics = {key: _number(data.get(key)) for key in METRICS}
     if not metrics["completed"]:

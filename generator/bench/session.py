@@ -10,14 +10,13 @@ from __future__ import annotations
 import itertools
 import os
 import platform
-import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from generator.bench.arms import ArmOptions, LoadPoint, remove_stack, run_arm
 from generator.bench.plots import draw_plots
 from generator.bench.report import BenchReport, write_report
+from generator.doctor.gpus import query_gpus
 from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.plan import Plan, make_plan
@@ -68,7 +67,7 @@ def check_fits(plan: Plan, settings: BenchSettings) -> None:
 
 
 def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> BenchReport:
-    check_fits(job.plan, job.settings)
+    """Call ``check_fits`` first: a point that cannot fit fails only after the stack is up."""
     report = BenchReport(
         job.plan.stack, job.preset.value, job.settings, describe_hardware(job.plan), job.folder
     )
@@ -116,14 +115,5 @@ def _cpu_model() -> str:
 
 
 def _gpu_model() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    done = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    names = sorted(set(done.stdout.split("\n")) - {""})
-    return ", ".join(names) if done.returncode == 0 and names else None
+    gpus = query_gpus()  # doctor's one place that runs nvidia-smi
+    return ", ".join(sorted({gpu.name for gpu in gpus})) if gpus else None

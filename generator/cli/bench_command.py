@@ -168,11 +168,14 @@ def bench(
     from generator.services.bench import default_preset, preset_settings
     from generator.spec import load_spec
     from generator.workflow.records import new_run_id
+    from generator.workflow.run import check_run_id
 
     if baseline not in (None, "colocated"):
         raise typer.BadParameter(
             f"{baseline!r}: the one baseline is colocated", param_hint="--baseline"
         )
+    if run_id is not None:
+        check_run_id(run_id)
     workspace = find_workspace()
     spec = load_spec(workspace.stack_file(stack), set_ or [])
     plan = make_plan(spec)

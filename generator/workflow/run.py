@@ -17,10 +17,19 @@ from generator.workflow.records import RunRecord, new_run_id
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.runner import TaskFailure, run_graph
 
-__all__ = ["dag_of", "make_context", "up_stack"]
+__all__ = ["check_run_id", "dag_of", "make_context", "up_stack"]
 
 _LOG_TAIL = 30
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id names a folder under runs/: one plain name, never a path."""
+    if not _RUN_ID.fullmatch(run_id):
+        raise XpydError(
+            f"--run-id {run_id!r} is not a plain folder name (it names runs/<run-id>/)",
+            hint="use letters, digits, '.', '_' and '-' (at most 100, not starting with '.')",
+        )
 
 
 def dag_of(plan: Plan, options: RunOptions | None = None) -> Graph:
@@ -37,11 +46,8 @@ def make_context(
     directory: Path | None = None,
 ) -> RunContext:
     """``directory``: where the run's record goes (default: runs/<run-id>/)."""
-    if run_id is not None and not _RUN_ID.fullmatch(run_id):
-        raise XpydError(
-            f"--run-id {run_id!r} is not a plain folder name (it names runs/<run-id>/)",
-            hint="use letters, digits, '.', '_' and '-' (at most 100, not starting with '.')",
-        )
+    if run_id is not None:
+        check_run_id(run_id)
     rendered = render_stack(plan, workspace)
     run_id = run_id or new_run_id(plan.stack)
     record = RunRecord(

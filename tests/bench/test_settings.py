@@ -16,6 +16,7 @@ from generator.render import render_stack
 from generator.services.bench import Preset, bench_command, default_preset, preset_settings
 from generator.spec import load_spec
 from tests.conftest import ROOT
+from tests.tools import run_cli
 
 
 def _plan(stack: str) -> Plan:
@@ -101,3 +102,22 @@ def test_a_prompt_longer_than_the_model_allows_is_refused_before_anything_starts
     with pytest.raises(XpydError, match=r"more than cpu-1p1d.s model\.max_model_len 2048"):
         check_fits(plan, preset_settings(Preset.SEED_XPYD))
     check_fits(plan, preset_settings(Preset.SMOKE))
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--run-id", "../elsewhere"], 1, "is not a plain folder name"),
+        (["--preset", "fastest"], 2, "is not a preset (seed-xpyd, smoke)"),
+        (["--baseline", "disaggregated"], 2, "the one baseline is colocated"),
+        (["--preset", "seed-xpyd"], 1, "more than cpu-1p1d's model.max_model_len 2048"),
+        (["--request-rate", "1,,2"], 2, "comma-separated list"),
+    ],
+)
+def test_bad_bench_options_stop_before_anything_starts(
+    args: list[str], code: int, message: str
+) -> None:
+    result = run_cli("bench", "cpu-1p1d", *args, root=ROOT, timeout_s=60)
+    assert result.returncode == code, result.stderr
+    assert message in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
