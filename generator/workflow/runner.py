@@ -1,7 +1,7 @@
 """Runs a graph: ready tasks concurrently (daemon threads), retries, timeouts, records, Ctrl+C.
 
-A failed task marks everything downstream UPSTREAM_FAILED; teardown tasks still run once
-their upstream is finished. A task that outlives its ``timeout_s`` is failed at once and the
+A failed task marks everything downstream UPSTREAM_FAILED; teardown tasks still run, once
+every other task is finished. A task that outlives its ``timeout_s`` is failed at once and the
 run goes on without it (its thread is told to stop at its next wait, and, being a daemon, never
 keeps the process alive). Ctrl+C cancels what has not finished, runs ``on_interrupt`` (the
 caller removes the containers) and re-raises.
@@ -151,11 +151,22 @@ def _ready(graph: Graph, context: RunContext, running: dict[str, _Running]) -> l
         task = graph.by_name[name]
         if _state(context, name) is not TaskState.PENDING or name in running:
             continue
-        states = [_state(context, u.name) for u in task.upstream]
-        finished = all(s in DONE_STATES or s in FAILED_STATES for s in states)
-        if all(s in DONE_STATES for s in states) or (task.teardown and finished):
+        if task.teardown:
+            if _all_others_finished(graph, context, running, task):
+                ready.append(task)
+        elif all(_state(context, u.name) in DONE_STATES for u in task.upstream):
             ready.append(task)
     return ready
+
+
+def _all_others_finished(
+    graph: Graph, context: RunContext, running: dict[str, _Running], teardown: Task
+) -> bool:
+    """A teardown runs last: after every other task, not only its upstream (an unselected
+    upstream counts as done at once, and a teardown behind one would run first)."""
+    others = [name for name in graph.order if not graph.by_name[name].teardown]
+    unfinished = (TaskState.PENDING, TaskState.RUNNING)
+    return not any(name in running or _state(context, name) in unfinished for name in others)
 
 
 def _settle_blocked(graph: Graph, context: RunContext) -> None:

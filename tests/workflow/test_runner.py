@@ -86,6 +86,34 @@ def test_failure_stops_dependents_and_teardown_still_runs(
     assert record["tasks"]["fail"]["duration_s"] >= 0
 
 
+def test_teardown_behind_an_unselected_task_runs_last(workspace: Workspace, tmp_path: Path) -> None:
+    """`up --down` without --bench: down's upstream (bench) is not selected and counts as done
+    at once; down still waits for everything else (it once removed the stack first)."""
+    ran: list[str] = []
+
+    def slow(_: RunContext) -> str:
+        time.sleep(0.3)
+        ran.append("smoke")
+        return "ok"
+
+    def down_function(_: RunContext) -> str:
+        ran.append("down")
+        return "removed"
+
+    start, smoke = Task("start", lambda _: "ok"), Task("smoke", slow)
+    bench, down = Task("bench", lambda _: "ok"), Task("down", down_function, teardown=True)
+    start >> smoke >> bench >> down
+    ctx = context(workspace, tmp_path)
+    run_graph(Graph([start, smoke, bench, down]), ctx, selected={"start", "smoke", "down"})
+    assert ran == ["smoke", "down"]
+    assert states(ctx) == {
+        "start": "success",
+        "smoke": "success",
+        "bench": "skipped",
+        "down": "success",
+    }
+
+
 def test_retries_then_success(workspace: Workspace, tmp_path: Path) -> None:
     attempts: list[int] = []
 
