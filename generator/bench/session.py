@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from generator.bench.arms import ArmOptions, LoadPoint, remove_stack, run_arm
 from generator.bench.plots import draw_plots
 from generator.bench.report import BenchReport, write_report
+from generator.cpu_features import cpu_features
 from generator.doctor.gpus import query_gpus
 from generator.errors import XpydError
 from generator.paths import Workspace
@@ -105,13 +105,9 @@ def describe_hardware(plan: Plan) -> str:
 
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
-    except OSError:
-        pass
-    return platform.processor() or "an unnamed CPU"
+    features = cpu_features()  # AMD and Intel figures are not comparable: name the ISA too
+    flags = " ".join(features.vector_flags) or "no AVX2"
+    return f"{features.model} ({flags}; {os.cpu_count()} CPUs)"
 
 
 def _gpu_model() -> str | None:

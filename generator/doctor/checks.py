@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from generator.cpu_features import cpu_features, request_amx_permission
 from generator.doctor.context import HostView
 from generator.doctor.gpus import describe_link, link_between
 from generator.doctor.host_checks import (
@@ -217,6 +218,44 @@ def _memlock_row(view: HostView) -> CheckRow:
     )
 
 
+def cpu_isa_checks(view: HostView) -> list[CheckRow]:
+    """Informational: which of vLLM CPU's kernels this host's CPU can run, and AMX's state
+    (the cpu engine images ask for AMX tile data in every process; see generator/cpu_features)."""
+    if view.gpu_profile or not view.engines:
+        return []
+    # Asking here changes nothing but this short-lived process: it tells whether the kernel
+    # grants what the engines will ask for.
+    granted = request_amx_permission()
+    features = cpu_features()
+    problems = (
+        []
+        if {"avx512f", "avx2"} & set(features.vector_flags)
+        else ["vLLM CPU needs at least AVX2: run the cpu stacks on another host"]
+    )
+    if not features.amx_in_cpu:
+        amx = "no AMX"
+    elif not features.amx_in_kernel:
+        amx = "AMX in the CPU, not enabled by this kernel (vLLM will not use it)"
+    elif granted:
+        amx = "AMX tile data granted on request (the engine images ask at start)"
+    else:
+        amx = "AMX tile data refused by the kernel"
+        problems.append(
+            "vLLM's AMX attention dies of SIGILL without it: check dmesg, or "
+            "run the cpu stacks on another host"
+        )
+    return [
+        CheckRow(
+            "CPU vector ISA (cpu engines)",
+            "avx512f (vLLM CPU's recommended kernels) or avx2 (limited); AMX granted if present",
+            f"{features.model}: {' '.join(features.vector_flags) or 'none of them'}; {amx}",
+            Verdict.WARN if problems else Verdict.PASS,
+            "; ".join(problems),
+            required=False,
+        )
+    ]
+
+
 def _ids(ids: list[int]) -> str:
     return ",".join(map(str, ids)) or "-"
 
@@ -226,6 +265,7 @@ CHECKS: tuple[Check, ...] = (
     gpu_access_checks,
     gpu_checks,
     rdma_checks,
+    cpu_isa_checks,
     shm_checks,
     address_checks,
     port_checks,

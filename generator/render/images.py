@@ -53,6 +53,7 @@ _CPU_PIP_GAPS = [
 ]
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib
+CPU_FEATURES = "generator/cpu_features.py"  # standalone: the cpu venv's AMX permission (.pth)
 _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 
 
@@ -131,11 +132,13 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "lock": lock,
         "synthetic_model": synthetic,
         "check_script": _CHECK_SCRIPT,
-        "check_args": _check_args(pip_gaps, idle_check=cpu),
+        "check_args": _check_args(pip_gaps, cpu=cpu),
         "kv_probe": KV_PROBE,
+        "cpu_features": CPU_FEATURES,
         "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
     }
-    inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([_TINY_MODEL_SCRIPT] if synthetic else [])
+    inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([CPU_FEATURES] if cpu else [])
+    inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     return _BaseStages(template, context, inputs, base_image)
 
 
@@ -151,10 +154,11 @@ def _locked_gpu_pins(plan: Plan) -> PackagePins:
     return pins
 
 
-def _check_args(pip_gaps: list[tuple[str, str]], *, idle_check: bool) -> list[str]:
+def _check_args(pip_gaps: list[tuple[str, str]], *, cpu: bool) -> list[str]:
     args = [f"--connector {name}" for name in _KV_CONNECTORS]
-    # The cpu image's NIXL patch (engine-base-cpu.Dockerfile.j2), measured while building.
-    args += [f"--nixl-idle-delay-us {CPU_NIXL_PTHR_DELAY_US}"] if idle_check else []
+    # The cpu image's NIXL patch and AMX permission (engine-base-cpu.Dockerfile.j2), checked
+    # while building.
+    args += [f"--nixl-idle-delay-us {CPU_NIXL_PTHR_DELAY_US}", "--amx-permission"] if cpu else []
     return args + [f"--allow-missing {dist}:{requirement}" for dist, requirement in pip_gaps]
 
 

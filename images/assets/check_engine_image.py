@@ -12,6 +12,9 @@ LMCache stays on its torch baseline without its CUDA ops), so each piece is impo
 - with ``--nixl-idle-delay-us N``: a NIXL agent with the UCX backend and its progress thread, as
   vLLM makes it, uses (almost) no CPU while idle once ``XPYD_NIXL_PTHR_DELAY_US`` is N (the cpu
   image patches NIXL's hard-coded zero poll timeout; unpatched, the thread spins a core);
+- with ``--amx-permission``: a process spawned the way vLLM spawns its workers may use AMX tile
+  data where the CPU has AMX (the cpu venv's ``xpyd_cpu_features`` .pth asks for it; vLLM's AMX
+  attention kernel dies of SIGILL without it), and says "no AMX" elsewhere;
 - with ``--cuda-major N``: torch is a CUDA N build, NIXL's only variant is nixl-cuN, and
   ``lmcache.cuda_ops`` imports. Importing it needs libcudart (in the image), not the driver's
   libcuda, so this works in ``docker build``, which has no GPU.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import multiprocessing
 import os
 import re
 import subprocess
@@ -113,6 +117,32 @@ def check_nixl_idle(delay_us: int) -> str:
     return f"NIXL: an idle agent uses {share:.1%} of a core with {NIXL_DELAY_ENV}={delay_us}"
 
 
+def _spawned_amx_state() -> tuple[bool, bool, bool]:
+    """In a fresh process: whether the CPU has AMX, the kernel supports it, and it may be used."""
+    features: Any = importlib.import_module("xpyd_cpu_features").cpu_features()
+    return features.amx_in_cpu, features.amx_in_kernel, features.amx_permitted
+
+
+def check_amx_permission() -> str:
+    try:
+        importlib.import_module("xpyd_cpu_features")
+    except ImportError as exc:
+        raise CheckFailedError(f"AMX: `import xpyd_cpu_features` failed: {exc}") from exc
+    # vLLM's CPU platform starts its workers with spawn: an exec, which clears the permission.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        in_cpu, in_kernel, permitted = pool.apply(_spawned_amx_state)
+    if not in_cpu:
+        return "AMX: no AMX on this CPU (nothing to ask; a spawned process starts fine)"
+    if not in_kernel:
+        return "AMX: the CPU has AMX but this kernel does not support it (torch will not use it)"
+    if not permitted:
+        raise CheckFailedError(
+            "AMX: a spawned process may not use AMX tile data (is xpyd-amx-permission.pth "
+            "in site-packages?): vLLM's AMX attention would die of SIGILL"
+        )
+    return "AMX: a spawned process may use AMX tile data (asked at start by the .pth)"
+
+
 def check_nixl_variants(cuda_major: int) -> str:
     variants = sorted(
         name
@@ -166,6 +196,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"check that an idle NIXL agent sleeps with {NIXL_DELAY_ENV} set to this",
     )
     parser.add_argument(
+        "--amx-permission",
+        action="store_true",
+        help="check that spawned processes may use AMX where the CPU has it (cpu images)",
+    )
+    parser.add_argument(
         "--allow-missing",
         action="append",
         default=[],
@@ -191,6 +226,8 @@ def planned_checks(arguments: argparse.Namespace) -> list[Check]:
     delay_us: int | None = arguments.nixl_idle_delay_us
     if delay_us is not None:
         checks.append(("NIXL idle", lambda: check_nixl_idle(delay_us)))
+    if arguments.amx_permission:
+        checks.append(("AMX permission", check_amx_permission))
     if cuda_major is not None:
         checks += [
             ("NIXL variants", lambda: check_nixl_variants(cuda_major)),

@@ -67,6 +67,14 @@ RUN api="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
  && sed -i 's/^        agent_config.pthrDelay = 0$/        agent_config.pthrDelay = int(__import__("os").environ.get("XPYD_NIXL_PTHR_DELAY_US", "0"))/' "$api" \
  && grep -q 'XPYD_NIXL_PTHR_DELAY_US' "$api"
 
+# === BEGIN AMX tile permission ===
+# vLLM CPU 0.32.0 runs its AMX attention kernel where the CPU has AMX but never asks
+# Linux for AMX tile-data permission, and its workers are spawned, so a worker whose first
+# forward pass has 1-4 tokens dies of SIGILL. Every Python process of this venv asks at start
+# (generator/cpu_features.py, through a .pth); harmless without AMX. Drop it once vLLM asks itself.
+COPY ["generator/cpu_features.py", "/tmp/xpyd_cpu_features.py"]
+RUN python3 /tmp/xpyd_cpu_features.py --install && rm /tmp/xpyd_cpu_features.py
+
 # === BEGIN build-time checks ===
 # A broken image fails here, while building, not while serving: pip check (less the gaps named
 # on purpose), NIXL's UCX plugin, vLLM's KV connectors and, with --cuda-major, LMCache's CUDA
@@ -77,6 +85,7 @@ RUN python3 /opt/xpyd/check_engine_image.py \
         --connector LMCacheMPConnector \
         --connector LMCacheConnectorV1 \
         --nixl-idle-delay-us 10000 \
+        --amx-permission \
         --allow-missing lmcache:cuda-python \
         --allow-missing lmcache:cufile-python \
         --allow-missing lmcache:cupy-cuda13x \

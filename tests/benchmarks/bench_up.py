@@ -123,6 +123,9 @@ def prepare_bare() -> None:
     alias = next((ENGINE_VENV / "lib").glob("python3*/site-packages")) / "vllm-0.32.0.dist-info"
     alias.mkdir(exist_ok=True)
     (alias / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
+    # As in the cpu images: vLLM CPU's AMX attention needs the permission asked in each process.
+    features = ROOT / "generator/cpu_features.py"
+    subprocess.run([str(ENGINE_VENV / "bin/python"), str(features), "--install"], check=True)
     if not (MODEL / "config.json").exists():
         subprocess.run(
             [

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from generator.cpu_features import cpu_features
 from generator.docker import EngineFacts
-from generator.doctor.checks import docker_checks, gpu_access_checks, gpu_checks
+from generator.doctor.checks import cpu_isa_checks, docker_checks, gpu_access_checks, gpu_checks
 from generator.doctor.context import HostView
 from generator.doctor.gpus import parse_gpus, parse_topology
 from generator.doctor.host_checks import port_checks, token_checks
@@ -181,3 +182,27 @@ def test_ports_in_the_ephemeral_range_warn(workspace: Workspace) -> None:
     (warned,) = [r for r in rows if r.verdict is Verdict.WARN and "ephemeral" in r.expected]
     assert warned.check == "port 40000 (router)"
     assert not warned.required
+
+
+def cpu_view(workspace: Workspace, stack: str = "cpu-1p1d") -> HostView:
+    plan = make_plan(load_spec(workspace.stack_file(stack)))
+    (project,) = render_stack(plan, workspace).projects
+    return HostView(plan, plan.host("local"), project, workspace, FACTS, None, None, frozenset())
+
+
+def test_the_cpu_row_reports_this_hosts_isa_and_amx(workspace: Workspace) -> None:
+    """Informational (never blocks): the flags vLLM CPU's kernels use, and AMX's state."""
+    features = cpu_features()
+    (row,) = cpu_isa_checks(cpu_view(workspace))
+    assert row.required is False
+    assert row.found.startswith(f"{features.model}: {' '.join(features.vector_flags)}; ")
+    if not features.amx_in_cpu:
+        assert row.found.endswith("; no AMX")
+    elif not features.amx_in_kernel:
+        assert "not enabled by this kernel" in row.found
+    else:  # a CPU with AMX under Linux >= 5.16: what the engine images rely on
+        assert "AMX tile data granted on request" in row.found
+    assert row.verdict is (
+        Verdict.PASS if {"avx2", "avx512f"} & set(features.vector_flags) else Verdict.WARN
+    )
+    assert cpu_isa_checks(h200_view(workspace)) == []  # GPU engines do not run vLLM CPU

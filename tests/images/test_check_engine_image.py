@@ -10,6 +10,7 @@ from types import ModuleType
 
 import pytest
 
+from generator.cpu_features import cpu_features
 from generator.paths import Workspace
 from generator.plan import make_plan
 from generator.render.images import plan_images
@@ -83,6 +84,31 @@ def test_check_passes_in_the_cpu_image(cpu_image: tuple[str, list[str]]) -> None
     assert "ok: NIXL: nixl_cu12._api lists the UCX plugin" in result.stdout
     assert "ok: vLLM: KV connector LMCacheConnectorV1" in result.stdout
     assert "ok: NIXL: an idle agent uses" in result.stdout
+    amx = "a spawned process may use AMX tile data" if host_has_amx() else "no AMX on this CPU"
+    assert f"ok: AMX: {amx}" in result.stdout
+
+
+def host_has_amx() -> bool:
+    features = cpu_features()
+    return features.amx_in_cpu and features.amx_in_kernel
+
+
+@pytest.mark.docker
+def test_amx_check_fails_without_the_pth_where_the_cpu_has_amx(
+    cpu_image: tuple[str, list[str]],
+) -> None:
+    image, arguments = cpu_image
+    assert "--amx-permission" in arguments
+    site = "$(python3 -c 'import site; print(site.getsitepackages()[0])')"
+    result = run_in(
+        image, f"rm {site}/xpyd-amx-permission.pth && python3 {IN_IMAGE} {' '.join(arguments)}"
+    )
+    if host_has_amx():
+        assert result.returncode == 1, result.stdout
+        assert "FAILED: AMX: a spawned process may not use AMX tile data" in result.stderr
+    else:  # nothing to ask for: the check says so, with or without the .pth
+        assert result.returncode == 0, result.stderr
+        assert "ok: AMX: no AMX on this CPU" in result.stdout
 
 
 @pytest.mark.docker
