@@ -80,10 +80,13 @@ def resolve_gpu_lock(
     versions: Versions | None = None,
     extra_requirements: Sequence[str] = (),
 ) -> None:
-    """Resolve engine-gpu.in (plus ``extra_requirements``, for experiments) into ``output``."""
+    """Resolve engine-gpu.in (plus ``extra_requirements``, for experiments) into ``output``,
+    from scratch (uv keeps the pins of an existing output file, which would let a rewrite
+    differ from the check's fresh resolve); ``output`` is replaced only by a complete lock."""
     versions = versions or load_versions()
     engine = versions.gpu_engine
     with tempfile.TemporaryDirectory(prefix="xpyd-lock-") as folder:
+        fresh = Path(folder) / "engine-gpu.txt"
         requirements = Path(folder) / "engine-gpu.in"
         text = (workspace.root / GPU_LOCK_INPUT).read_text(encoding="utf-8")
         requirements.write_text(text + "".join(f"{r}\n" for r in extra_requirements))
@@ -91,13 +94,14 @@ def resolve_gpu_lock(
         excludes.write_text("".join(f"{name}\n" for name in engine.other_nixl_variants))
         command = [_uv(), "pip", "compile", str(requirements), "--excludes", str(excludes)]
         command += ["--python-version", engine.python, "--python-platform", engine.uv_platform]
+        command += ["--exclude-newer", engine.exclude_newer]
         # Wheels only: the image never builds a package, and the air-gapped wheelhouse can
         # hold only wheels.
         command += ["--only-binary", ":all:", "--generate-hashes", "--quiet"]
-        command += ["--custom-compile-command", _COMMAND, "--output-file", str(output)]
+        command += ["--custom-compile-command", _COMMAND, "--output-file", str(fresh)]
         _run_uv(command)
-    # uv writes the temporary input's path into the annotations: name the committed one.
-    lock = output.read_text(encoding="utf-8").replace(str(requirements), GPU_LOCK_INPUT)
+        # uv writes the temporary input's path into the annotations: name the committed one.
+        lock = fresh.read_text(encoding="utf-8").replace(str(requirements), GPU_LOCK_INPUT)
     output.write_text(lock, encoding="utf-8")
 
 

@@ -40,6 +40,9 @@ class GpuEngine(_Frozen):
     python: str  # major.minor
     glibc_minor: int  # manylinux_2_<glibc_minor>, x86_64
     cuda_major: int
+    # The resolve sees only files uploaded before this (RFC 3339): the lock's unpinned
+    # dependencies stay what they were, so the CI check fails on our changes, not on PyPI's.
+    exclude_newer: str
 
     @property
     def uv_platform(self) -> str:
