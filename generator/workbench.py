@@ -13,7 +13,8 @@ from generator.paths import Workspace, find_workspace
 from generator.plan import Plan, make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
-from generator.spec import DockerAccess, load_spec
+from generator.serializers.process import PLAN_FILE
+from generator.spec import DockerAccess, Profile, load_spec
 
 _STACK_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
 
@@ -73,6 +74,8 @@ class RenderedHost:
     compose_file: Path
     docker: DockerAccess | None  # None: this machine's engine
     services: tuple[str, ...]
+    profile: Profile
+    process_file: Path | None = None  # rendered for the process runtime: its processes.yaml
 
 
 def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[RenderedHost]:
@@ -93,23 +96,29 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
             f"no rendered stack named {name} under {workspace.compose_dir}",
             hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
         )
-    access = _docker_access(folder / "plan.json")
+    access, profile = _rendered_plan(folder / "plan.json")
     hosts = []
     for path in files:
         project, host, services = _project_of(path)
-        hosts.append(RenderedHost(host, project, path, access.get(host), services))
+        process_file = path.with_name(PLAN_FILE)
+        processes = process_file if process_file.is_file() else None
+        hosts.append(
+            RenderedHost(host, project, path, access.get(host), services, profile, processes)
+        )
     return hosts
 
 
-def _docker_access(plan_file: Path) -> dict[str, DockerAccess]:
-    """Each host's Docker engine as the rendered plan.json says (absent: the local one)."""
+def _rendered_plan(plan_file: Path) -> tuple[dict[str, DockerAccess], Profile]:
+    """Each host's Docker engine as the rendered plan.json says (absent: the local one), and
+    the plan's profile."""
     try:
-        hosts = json.loads(plan_file.read_text(encoding="utf-8"))["hosts"]
-        return {
+        plan = json.loads(plan_file.read_text(encoding="utf-8"))
+        access = {
             str(host["name"]): DockerAccess.model_validate(host["docker"])
-            for host in hosts
+            for host in plan["hosts"]
             if host.get("docker")
         }
+        return access, Profile(plan["profile"])
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise XpydError(
             f"{plan_file} is not a plan render wrote ({exc})", hint="render the stack again"

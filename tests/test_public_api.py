@@ -31,7 +31,32 @@ PUBLIC = {
     },
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
-    "generator.render": {"RenderedStack", "render_stack", "ImageBuild", "ComposeProject"},
+    "generator.render": {
+        "RenderedStack",
+        "render_stack",
+        "ImageBuild",
+        "ComposeProject",
+        "ProcessProject",
+    },
+    "generator.serializers.process": {
+        "ProcessProject",
+        "ProcessService",
+        "process_projects",
+        "load_process_project",
+        "map_path",
+        "state_dir",
+    },
+    "generator.runtimes": {"ServiceRuntime", "ServiceState", "OneOffRun"},
+    "generator.runtimes.process": {"ProcessStack", "Pythons", "rendered_process_stack"},
+    "generator.runtimes.groups": {"spawn", "alive", "stop_group", "group_of", "exit_code"},
+    "generator.envs": {"default_pythons", "make_envs", "make_synthetic_model", "model_dir"},
+    "generator.cpu_features": {
+        "CpuFeatures",
+        "cpu_features",
+        "request_amx_permission",
+        "amx_permitted",
+        "install_amx_workaround",
+    },
     "generator.services.model": {
         "ConfigFile",
         "Deployment",
@@ -65,7 +90,7 @@ PUBLIC = {
     "generator.bench": {"BenchJob", "BenchReport", "check_fits", "load_points", "run_benchmark"},
     "generator.topologies.colocated": {"colocated_spec", "BASELINE_SUFFIX"},
     "generator.workflow.engines": {"endpoint_of", "host_endpoint", "host_endpoints"},
-    "generator.doctor.isolation": {
+    "generator.runtimes.isolation": {
         "ContainerView",
         "PidNamespace",
         "VIEW_FAILED",
@@ -97,7 +122,8 @@ def test_public_names(module: str) -> None:
 PURE = (
     "generator.spec, generator.plan, generator.plan.build, generator.topologies, "
     "generator.routers, generator.services.build, generator.services.model, "
-    "generator.serializers.compose, generator.render, generator.render.writer"
+    "generator.serializers.compose, generator.serializers.process, generator.render, "
+    "generator.render.writer"
 )
 
 

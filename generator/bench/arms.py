@@ -79,7 +79,7 @@ def run_arm(
 
 def remove_stack(context: RunContext) -> None:
     for stack in context.hosts.values():
-        stack.compose.down()
+        stack.runtime.down()
     context.reporter.event(EventLevel.DONE, f"{context.plan.stack}: removed")
 
 
@@ -107,7 +107,7 @@ def _idle_cpu(context: RunContext, window_s: float) -> dict[str, float]:
     deadline = time.monotonic() + window_s
     while (started := time.monotonic()) < deadline:
         for stack in context.hosts.values():
-            for service, percent in stack.compose.cpu_percentages().items():
+            for service, percent in stack.runtime.cpu_percentages().items():
                 samples.setdefault(service, []).append(percent)
         # `docker stats` samples about a second; never poll faster than that
         time.sleep(max(0.0, _SAMPLE_EVERY_S - (time.monotonic() - started)))

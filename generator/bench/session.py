@@ -100,8 +100,10 @@ def describe_hardware(plan: Plan) -> str:
     if plan.profile is Profile.CPU:
         cores = sum(len(engine.cpus) for engine in plan.engines)
         return f"cpu profile: {count} engines on {cores} pinned cores of {_cpu_model()}"
-    gpus = sum(len(engine.gpus) for engine in plan.engines)
-    return f"{count} engines on {gpus} GPUs ({_gpu_model() or 'GPU model not read'})"
+    gpus = len({(engine.host, gpu) for engine in plan.engines for gpu in engine.gpus})
+    shared = " (shared: gpu.share)" if gpus < sum(len(e.gpus) for e in plan.engines) else ""
+    plural = "" if gpus == 1 else "s"
+    return f"{count} engines on {gpus} GPU{plural}{shared} ({_gpu_model() or 'GPU model not read'})"
 
 
 def _cpu_model() -> str:

@@ -8,7 +8,13 @@ import sys
 
 import typer
 
-from generator.cli import bench_command, doctor_command, run_commands, stack_commands
+from generator.cli import (
+    bench_command,
+    doctor_command,
+    env_command,
+    run_commands,
+    stack_commands,
+)
 
 __all__ = ["app", "main"]
 
@@ -30,6 +36,7 @@ app = typer.Typer(
 )
 stack_commands.register(app)
 run_commands.register(app)
+env_command.register(app)
 doctor_command.register(app)
 bench_command.register(app)
 

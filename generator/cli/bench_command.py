@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from generator.cli.help_text import add_command
+from generator.cli.run_commands import PythonOpt, RuntimeOpt, runtime_overrides
 
 if TYPE_CHECKING:
     from generator.bench import BenchReport
@@ -79,6 +80,8 @@ def bench(
         list[str] | None,
         typer.Option("--set", help="Override a spec value, as for `up`.", show_default=False),
     ] = None,
+    runtime: RuntimeOpt = None,
+    python: PythonOpt = None,
     preset: Annotated[
         str | None,
         typer.Option(
@@ -166,7 +169,7 @@ def bench(
     from generator.paths import find_workspace
     from generator.plan import make_plan
     from generator.services.bench import default_preset, preset_settings
-    from generator.spec import load_spec
+    from generator.spec import Runtime, load_spec
     from generator.workflow.records import new_run_id
     from generator.workflow.run import check_run_id
 
@@ -177,7 +180,9 @@ def bench(
     if run_id is not None:
         check_run_id(run_id)
     workspace = find_workspace()
-    spec = load_spec(workspace.stack_file(stack), set_ or [])
+    spec = load_spec(
+        workspace.stack_file(stack), [*(set_ or []), *runtime_overrides(runtime, python)]
+    )
     plan = make_plan(spec)
     chosen = _preset(preset) or default_preset(plan.profile)
     given = preset_settings(chosen)
@@ -195,7 +200,8 @@ def bench(
         parse_concurrencies(max_concurrency) if max_concurrency else (given.max_concurrency,)
     )
     check_fits(plan, settings)  # before anything starts
-    require_docker()
+    if plan.runtime is Runtime.COMPOSE:
+        require_docker()
     job = BenchJob(
         spec=spec,
         plan=plan,

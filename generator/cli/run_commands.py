@@ -1,4 +1,5 @@
-"""up / down / status / logs / dag: commands that drive Docker."""
+"""up / down / status / logs / dag: commands that drive a stack's runtime (Docker Compose, or
+local processes)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,32 @@ SetOpt = Annotated[
 ]
 
 
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="compose (Docker) or process (local processes, no Docker: HPC nodes, bare metal); "
+        "default: the spec's runtime. Same as --set runtime=...",
+        show_default=False,
+    ),
+]
+PythonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--python",
+        help="Process runtime: the engines' Python, with the stack's lock installed (default: "
+        "the one `python -m generator env` makes). Same as --set process.python=...",
+        show_default=False,
+    ),
+]
+
+
+def runtime_overrides(runtime: str | None, python: str | None) -> list[str]:
+    """--runtime and --python as the spec overrides they stand for (validated with the spec)."""
+    overrides = [f"runtime={runtime}"] if runtime is not None else []
+    return overrides + ([f"process.python={python}"] if python is not None else [])
+
+
 def _not_nan(value: float | None) -> float | None:
     # click's ranges let nan through (every comparison with nan is false)
     if value is not None and math.isnan(value):
@@ -54,6 +81,8 @@ def register(app: typer.Typer) -> None:
 def up(
     stack: StackArg,
     set_: SetOpt = None,
+    runtime: RuntimeOpt = None,
+    python: PythonOpt = None,
     bench: Annotated[
         bool, typer.Option("--bench", help="Run vLLM's serving benchmark after the smoke verdict.")
     ] = False,
@@ -135,6 +164,10 @@ def up(
     engines and router in dependency order, wait for real health, then a smoke request whose
     verdict shows the KV really moved from prefill to decode (exit 1 if not).
 
+    With --runtime process every service runs as a local process instead (no Docker, no
+    images: the Pythons `python -m generator env <stack>` makes, or --python), on host
+    networking; status, logs and down work on it from any shell.
+
     The run's record (task states, times, errors, plan, verdict) and every service's log go
     to runs/<run-id>/. A second `up` of a running stack is a no-op apart from the smoke.
     """
@@ -142,13 +175,15 @@ def up(
     from generator.console import success
     from generator.docker import require_docker
     from generator.paths import find_workspace
+    from generator.spec import Runtime
     from generator.workbench import load_plan
     from generator.workflow import up_stack
     from generator.workflow.context import BenchSettings, RunOptions
     from generator.workflow.run import make_context
 
-    require_docker()
-    plan = load_plan(stack, set_ or [])
+    plan = load_plan(stack, [*(set_ or []), *runtime_overrides(runtime, python)])
+    if plan.runtime is Runtime.COMPOSE:
+        require_docker()
     options = RunOptions(
         rebuild=rebuild,
         bench=bench,
@@ -176,8 +211,9 @@ def down(
     ] = False,
     host: HostOpt = None,
 ) -> None:
-    """Remove a stack's containers and networks on every host (volumes only with --volumes).
-    Each host's engine is reached as the spec's hosts[].docker says."""
+    """Remove a stack's containers and networks on every host (volumes only with --volumes),
+    or, for a stack up under the process runtime, end all its processes. Each host's engine is
+    reached as the spec's hosts[].docker says."""
     from generator.console import success
     from generator.workflow.hosts import rendered_stacks
 

@@ -35,6 +35,7 @@ def print_plan(plan: Plan) -> None:
     console = _console()
     summary = (
         f": {plan.topology.kind.value}, {plan.profile.value} profile, "
+        f"{plan.runtime.value} runtime, "
         f"{len(plan.prefill)}P{len(plan.decode)}D, {plan.network} network, "
         f"RDMA {'on' if plan.rdma else 'off'}, router {plan.router.kind.value} "
         f"at {plan.router.advertise_host}:{plan.router.port}"

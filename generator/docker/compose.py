@@ -3,6 +3,7 @@ on that host's engine."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -11,22 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from generator.docker.endpoint import LOCAL, DockerEndpoint, client, translated
+from generator.errors import DockerError
+from generator.runtimes.base import ServiceState
 
 __all__ = ["ComposeStack", "OneOff", "ServiceState"]
-
-
-@dataclass(frozen=True)
-class ServiceState:
-    service: str
-    container: str
-    status: str  # created | running | exited | ...
-    health: str | None  # starting | healthy | unhealthy | None (no healthcheck)
-    exit_code: int | None
-    ports: tuple[str, ...]
-
-    @property
-    def exited(self) -> bool:
-        return self.status in ("exited", "dead")
 
 
 class ComposeStack:
@@ -37,7 +26,7 @@ class ComposeStack:
         self, compose_file: Path, project: str, *, endpoint: DockerEndpoint = LOCAL
     ) -> None:
         self.compose_file = compose_file
-        self.project = project
+        self._project = project
         self.endpoint = endpoint
         self._client = client(endpoint, compose_file=compose_file, project=project)
         self._ps_lock = threading.Lock()
@@ -124,6 +113,14 @@ class ComposeStack:
     def down(self, *, volumes: bool = False) -> None:
         with translated(f"removing {self.project}"):
             self._client.compose.down(remove_orphans=True, volumes=volumes, timeout=30, quiet=True)
+
+    @property
+    def project(self) -> str:
+        return self._project
+
+    def remove_oneoff(self, name: str) -> None:
+        with contextlib.suppress(DockerError):  # none left: nothing to remove
+            OneOff(name, self.endpoint).remove()
 
     def execute(self, service: str, command: list[str]) -> str:
         """``command``'s output, run inside the running container of ``service``."""

@@ -4,6 +4,7 @@ and addresses are in ``host_checks.py``.)"""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ import psutil
 
 from generator.cpu_features import cpu_features, request_amx_permission
 from generator.doctor.context import HostView
-from generator.doctor.gpus import describe_link, link_between
+from generator.doctor.gpus import GpuInfo, describe_link, link_between
 from generator.doctor.host_checks import (
     address_checks,
     disk_checks,
@@ -21,7 +22,7 @@ from generator.doctor.host_checks import (
     token_checks,
 )
 from generator.doctor.report import CheckRow, Verdict
-from generator.spec import GpuAccess
+from generator.spec import GpuAccess, Isolation, Runtime
 
 __all__ = ["CHECKS", "run_checks"]
 
@@ -47,6 +48,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def docker_checks(view: HostView) -> list[CheckRow]:
+    if view.plan.runtime is Runtime.PROCESS:
+        return [CheckRow("Docker engine", "-", "process runtime: not used", Verdict.SKIP)]
     facts = view.facts
     if facts is None:
         return [
@@ -79,8 +82,36 @@ def docker_checks(view: HostView) -> list[CheckRow]:
     ]
 
 
+def process_checks(view: HostView) -> list[CheckRow]:
+    """The tools the process runtime starts services with: taskset where cores are pinned;
+    unshare, as root, for isolation: container."""
+    settings = view.plan.process
+    if view.plan.runtime is not Runtime.PROCESS or settings is None:
+        return []
+    needed = ["taskset"] if any(engine.cpus for engine in view.engines) else []
+    container = settings.isolation is Isolation.CONTAINER
+    needed += ["unshare"] if container else []
+    missing = [tool for tool in needed if shutil.which(tool) is None]
+    root = os.geteuid() == 0
+    problems = [f"{', '.join(missing)} missing"] if missing else []
+    problems += ["not root"] if container and not root else []
+    return [
+        CheckRow(
+            f"process runtime (isolation: {settings.isolation.value})",
+            ", ".join(needed) + (" and root" if container else "") if needed else "-",
+            "; ".join(problems) or "present",
+            Verdict.FAIL if problems else Verdict.PASS,
+            "install util-linux; isolation: container needs root (or use isolation: plain)"
+            if problems
+            else "",
+        )
+    ]
+
+
 def gpu_access_checks(view: HostView) -> list[CheckRow]:
     """Which ways of handing GPUs to containers this host supports, against the spec's."""
+    if view.plan.runtime is Runtime.PROCESS:
+        return []
     if not view.gpu_profile:
         return [CheckRow("GPU access", "-", "cpu profile: no GPUs", Verdict.SKIP)]
     wanted = view.plan.gpu_access
@@ -154,12 +185,50 @@ def gpu_checks(view: HostView) -> list[CheckRow]:
             else "",
         )
     ]
-    return rows + _link_rows(view)
+    return rows + _memory_rows(view, present) + _link_rows(view)
+
+
+_VLLM_DEFAULT_SHARE = 0.9  # vLLM's --gpu-memory-utilization when the spec sets none
+
+
+def _memory_rows(view: HostView, present: dict[int, GpuInfo]) -> list[CheckRow]:
+    """vLLM refuses to start when a GPU has less free memory than its share asks for; engines
+    sharing a GPU (gpu.share) ask for the sum of theirs."""
+    rows = []
+    for gpu in sorted({gpu for engine in view.engines for gpu in engine.gpus}):
+        info = present.get(gpu)
+        if info is None or info.memory_used_mib is None:
+            continue
+        engines = [engine for engine in view.engines if gpu in engine.gpus]
+        if any(engine.name in view.running for engine in engines):
+            continue  # this stack's own engines hold that memory (a second up, bench)
+        share = sum(engine.gpu_memory_utilization or _VLLM_DEFAULT_SHARE for engine in engines)
+        needed_mib = share * info.memory_mib
+        free_mib = info.memory_mib - info.memory_used_mib
+        ok = free_mib >= needed_mib
+        names = ", ".join(engine.name for engine in engines)
+        rows.append(
+            CheckRow(
+                f"GPU {gpu} free memory",
+                f">= {needed_mib / 1024:.0f} GiB ({share:.2f} of {info.memory_mib / 1024:.0f} GiB "
+                f"for {names})",
+                f"{free_mib / 1024:.0f} GiB free",
+                Verdict.PASS if ok else Verdict.FAIL,
+                ""
+                if ok
+                else "free the GPU (nvidia-smi shows who holds it), or lower "
+                "<role>.gpu_memory_utilization",
+            )
+        )
+    return rows
 
 
 def _link_rows(view: HostView) -> list[CheckRow]:
     rows = []
     for prefill, decode in view.plan.same_host_pairs(view.host.name):
+        if prefill.gpus[0] == decode.gpus[0]:
+            rows.append(_same_gpu_row(prefill.name, decode.name, prefill.gpus[0]))
+            continue
         link = link_between(view.links or {}, prefill.gpus[0], decode.gpus[0])
         fast = link.startswith("NV")
         rows.append(
@@ -176,6 +245,17 @@ def _link_rows(view: HostView) -> list[CheckRow]:
             )
         )
     return rows
+
+
+def _same_gpu_row(prefill: str, decode: str, gpu: int) -> CheckRow:
+    """gpu.share: the KV never leaves the GPU (cuda_ipc within one device, if NIXL pushes)."""
+    return CheckRow(
+        f"GPU link {prefill} -> {decode}",
+        "NVLink, or one GPU",
+        f"both on GPU {gpu}: KV stays in its memory (nixl-mp: push; pull READs go over tcp/lo)",
+        Verdict.PASS,
+        required=False,
+    )
 
 
 def rdma_checks(view: HostView) -> list[CheckRow]:
@@ -195,8 +275,8 @@ def rdma_checks(view: HostView) -> list[CheckRow]:
                 "networking.rdma: false (KV then crosses hosts over TCP)",
             )
         )
-    if view.gpu_profile and view.engines:
-        rows.append(_memlock_row(view))
+    if view.gpu_profile and view.engines and view.plan.runtime is Runtime.COMPOSE:
+        rows.append(_memlock_row(view))  # what dockerd can grant; processes have their own
     return rows
 
 
@@ -262,6 +342,7 @@ def _ids(ids: list[int]) -> str:
 
 CHECKS: tuple[Check, ...] = (
     docker_checks,
+    process_checks,
     gpu_access_checks,
     gpu_checks,
     rdma_checks,

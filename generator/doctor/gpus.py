@@ -18,7 +18,7 @@ __all__ = [
     "topology",
 ]
 
-_QUERY = "index,name,memory.total,pci.bus_id,uuid"
+_QUERY = "index,name,memory.total,pci.bus_id,uuid,memory.used"
 _GPU_LABEL = re.compile(r"^GPU(\d+)$")
 # `nvidia-smi topo -m` legend, fastest first: NV# (NVLink, # links), PIX/PXB (PCIe switches),
 # PHB (host bridge), NODE (within a NUMA node), SYS (across sockets).
@@ -38,6 +38,7 @@ class GpuInfo:
     memory_mib: int
     bus_id: str
     uuid: str
+    memory_used_mib: int | None = None  # None: not read (an older query's output)
 
 
 def _nvidia_smi(*args: str) -> str | None:
@@ -61,8 +62,9 @@ def query_gpus() -> list[GpuInfo] | None:
 def parse_gpus(text: str) -> list[GpuInfo]:
     gpus = []
     for line in text.strip().splitlines():
-        index, name, memory, bus_id, uuid = (part.strip() for part in line.split(","))
-        gpus.append(GpuInfo(int(index), name, int(float(memory)), bus_id, uuid))
+        index, name, memory, bus_id, uuid, *rest = (part.strip() for part in line.split(","))
+        used = int(float(rest[0])) if rest and rest[0].replace(".", "").isdigit() else None
+        gpus.append(GpuInfo(int(index), name, int(float(memory)), bus_id, uuid, used))
     return gpus
 
 

@@ -5,7 +5,7 @@ Container mode runs the KV probe (generator/kvprobe/nixl_kv_probe.py, copied int
 images as /opt/xpyd/nixl_kv_probe.py) in two one-off containers of the rendered
 services (`docker compose run`: same image, devices, namespaces, environment). Process mode,
 for hosts without Docker, runs it in two processes that see what those containers would see
-(``generator.doctor.isolation``). The prefill side serves a buffer; the decode side pulls
+(``generator.runtimes.isolation``). The prefill side serves a buffer; the decode side pulls
 from it (as vLLM's decoder does) and pushes to it, and reports.
 """
 
@@ -32,7 +32,7 @@ from generator.services.model import Service
 
 if TYPE_CHECKING:
     from generator.docker import ComposeStack
-    from generator.doctor.isolation import ContainerView
+    from generator.runtimes.isolation import ContainerView
 
 __all__ = [
     "FALLBACK_FLOOR_GIB_S",
@@ -299,7 +299,7 @@ def process_pair(
 ) -> KvProbe:
     """Two processes, each in a reproduction of its container's view (no Docker needed): the
     serving side in the background, the measuring side in the foreground."""
-    from generator.doctor.isolation import run_in_view, view_command
+    from generator.runtimes.isolation import run_in_view, view_command
 
     device, size = device_of(view), size_for(view, size_mib)
     address = f"127.0.0.1:{free_port()}"
@@ -328,7 +328,7 @@ def process_pair(
 def container_view(service: Service) -> ContainerView:
     """What a service's container would see: its GPUs (however the runtime hands them over),
     its PID namespace, RDMA devices, and its CUDA/UCX environment."""
-    from generator.doctor.isolation import ContainerView, PidNamespace
+    from generator.runtimes.isolation import ContainerView, PidNamespace
 
     gpus = service.gpus.device_ids if service.gpus is not None else ()
     wanted = ("CUDA_", "UCX_", "NCCL_")

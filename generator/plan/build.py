@@ -9,25 +9,29 @@ from __future__ import annotations
 
 from generator.plan.models import EnginePlan, HostPlan, Network, Plan, Role
 from generator.plan.parts import RouterPlan, SidecarPlan
-from generator.plan.placement import GpuView, Slot, gpu_views, place_engines
+from generator.plan.placement import GpuView, Slot, check_gpu_shares, gpu_views, place_engines
 from generator.plan.ports import PortBook
 from generator.plan.resolve import resolve_hf, resolve_model, resolve_ucx
 from generator.plan.warnings import collect_warnings
 from generator.routers import RouterSite, router_kind, router_unit
-from generator.spec import GroupSpec, HostSpec, Profile, Spec
+from generator.spec import GroupSpec, HostSpec, Profile, Runtime, Spec
 from generator.topologies import EngineSite, TopologyUnit, topology_unit
 
 __all__ = ["build_plan"]
 
 
 def build_plan(spec: Spec) -> Plan:
-    # Host networking on GPUs (NIXL and RDMA advertise host addresses) and across hosts (KV and
-    # side channels must reach the other host's address); a bridge for single-host cpu stacks.
+    # Host networking on GPUs (NIXL and RDMA advertise host addresses), across hosts (KV and
+    # side channels must reach the other host's address) and for local processes (there is no
+    # bridge); a bridge for single-host cpu stacks in containers.
     multi_host = len(spec.hosts) > 1
-    network: Network = "host" if spec.profile is Profile.GPU or multi_host else "bridge"
+    processes = spec.runtime is Runtime.PROCESS
+    gpu = spec.profile is Profile.GPU
+    network: Network = "host" if gpu or multi_host or processes else "bridge"
     topology = topology_unit(spec.topology)
     book = PortBook()
     slots = place_engines(spec)
+    check_gpu_shares(spec, slots)
     _claim_fixed_ports(spec, book, slots)
     router = _plan_router(spec, book, network, notices=topology.router_notices)
     views = gpu_views(slots) if spec.profile is Profile.GPU else {}
@@ -40,6 +44,8 @@ def build_plan(spec: Spec) -> Plan:
         stack=spec.name,
         topology=topology.plan_settings(spec),
         profile=spec.profile,
+        runtime=spec.runtime,
+        process=spec.process if processes else None,
         network=network,
         rdma=_rdma(spec, slots),
         ucx=resolve_ucx(spec),

@@ -20,7 +20,7 @@ from generator.plan.parts import (
     SidecarPlan,
     TopologyPlan,
 )
-from generator.spec import DockerAccess, GpuAccess, ImagesSpec, Profile
+from generator.spec import DockerAccess, GpuAccess, ImagesSpec, ProcessSpec, Profile, Runtime
 
 __all__ = [
     "EnginePlan",
@@ -127,6 +127,10 @@ class Plan(Frozen):
     stack: str
     topology: TopologyPlan
     profile: Profile
+    # What runs the services; plan.json leaves out the default (compose), so compose stacks'
+    # plans read as before.
+    runtime: Runtime = Field(Runtime.COMPOSE, exclude_if=lambda value: value is Runtime.COMPOSE)
+    process: ProcessSpec | None = Field(None, exclude_if=lambda value: value is None)
     network: Network
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)
     ucx: UcxPlan

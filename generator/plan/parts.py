@@ -67,6 +67,8 @@ class NixlMPTopology(Frozen):
     eviction_policy: str
     supported_transfer_mode: str
     server_extra_args: tuple[str, ...] = ()
+    # NIXL's direction (spec nixl.transfer); plan.json leaves out the default.
+    transfer: Literal["pull", "push"] = Field("pull", exclude_if=lambda value: value == "pull")
 
 
 class ColocatedTopology(Frozen):

@@ -1,8 +1,11 @@
 """Which host and which GPUs (gpu profile) or cores (cpu profile) each engine gets.
 
-Devices are never shared. Auto placement takes, per instance, the first host with a free
-block of ``tp`` devices whose start is a multiple of ``tp`` in the host's list (TP groups
-stay contiguous and aligned, e.g. [0-3] and [4-7], never [2-5]); prefill before decode.
+Devices are not shared unless the spec says ``gpu.share: true``. Auto placement takes, per
+instance, the first host with a free block of ``tp`` devices whose start is a multiple of
+``tp`` in the host's list (TP groups stay contiguous and aligned, e.g. [0-3] and [4-7], never
+[2-5]); prefill before decode. With sharing, an engine that finds no free block takes the
+aligned block with the fewest engines on it (a 1P1D stack on one GPU puts both there); how
+much of each GPU every engine may take is checked by ``check_gpu_shares``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from generator.errors import PlanError
 from generator.plan.models import Role
 from generator.spec import GroupPlacement, Profile, Spec
 
-__all__ = ["GpuView", "Slot", "gpu_views", "place_engines"]
+__all__ = [
+    "MAX_SHARED_FRACTION",
+    "GpuView",
+    "Slot",
+    "check_gpu_shares",
+    "gpu_views",
+    "place_engines",
+]
 
 _T = TypeVar("_T")
 
@@ -31,15 +41,19 @@ class Slot:
 class _Pool:
     """Free devices of one host, in the order the host lists them."""
 
-    def __init__(self, host: str, devices: list[int], field: str) -> None:
-        self.host, self.devices, self.field = host, devices, field
+    def __init__(self, host: str, devices: list[int], field: str, *, shared: bool) -> None:
+        self.host, self.devices, self.field, self.shared = host, devices, field, shared
         self.owner: dict[int, str] = {}
+        self.users: dict[int, int] = {}  # engines per device (more than one only when shared)
 
     def take_aligned(self, size: int, owner: str) -> tuple[int, ...] | None:
-        for start in range(0, len(self.devices) - size + 1, size):
-            block = self.devices[start : start + size]
+        blocks = [self.devices[i : i + size] for i in range(0, len(self.devices) - size + 1, size)]
+        for block in blocks:
             if not any(device in self.owner for device in block):
                 return self._assign(block, owner)
+        if self.shared and blocks:
+            least_used = min(blocks, key=lambda block: max(self.users[d] for d in block))
+            return self._assign(least_used, owner)
         return None
 
     def take_exact(self, wanted: list[int], owner: str, field: str) -> tuple[int, ...]:
@@ -51,18 +65,20 @@ class _Pool:
                     f"({self.field}: {self.devices})",
                     fix=f"use devices from {self.field}, or add it there",
                 )
-            if device in self.owner:
+            if device in self.owner and not self.shared:
                 raise PlanError(
                     field,
                     f"device {device} on host {self.host} is given to both "
                     f"{self.owner[device]} and {owner}",
-                    fix="give every engine its own devices; they are never shared",
+                    fix="give every engine its own devices, or set gpu.share: true (GPUs "
+                    "only) to let engines share one",
                 )
         return self._assign(wanted, owner)
 
     def _assign(self, block: list[int], owner: str) -> tuple[int, ...]:
         for device in block:
-            self.owner[device] = owner
+            self.owner.setdefault(device, owner)
+            self.users[device] = self.users.get(device, 0) + 1
         return tuple(block)
 
 
@@ -101,13 +117,47 @@ def place_engines(spec: Spec) -> list[Slot]:
 
 
 def _make_pools(spec: Spec) -> dict[str, _Pool]:
-    attr = "gpus" if spec.profile is Profile.GPU else "cpus"
+    gpu = spec.profile is Profile.GPU
+    attr = "gpus" if gpu else "cpus"
     pools: dict[str, _Pool] = {}
     for position, host in enumerate(spec.hosts):
-        devices = getattr(host, attr)
+        devices = list(getattr(host, attr) or [])
         field = f"hosts[{position}].{attr}"
-        pools[host.name] = _Pool(host.name, list(devices) if devices is not None else [], field)
+        pools[host.name] = _Pool(host.name, devices, field, shared=gpu and spec.gpu.share)
     return pools
+
+
+MAX_SHARED_FRACTION = 0.9  # vLLM's own default for one engine: CUDA context and NCCL need room
+
+
+def check_gpu_shares(spec: Spec, slots: list[Slot]) -> None:
+    """Engines on one GPU must each say how much of it they take, and together leave room."""
+    on_gpu: dict[tuple[str, int], list[Slot]] = {}
+    for slot in slots:
+        for gpu in slot.devices:
+            on_gpu.setdefault((slot.host, gpu), []).append(slot)
+    for (host, gpu), sharing in on_gpu.items():
+        if len(sharing) < 2:
+            continue
+        names = ", ".join(f"{s.role.value}-{s.index}" for s in sharing)
+        fractions = {s: getattr(spec, s.role.value).gpu_memory_utilization for s in sharing}
+        unset = sorted({s.role.value for s, fraction in fractions.items() if fraction is None})
+        if unset:
+            raise PlanError(
+                f"{unset[0]}.gpu_memory_utilization",
+                f"{names} share GPU {gpu} on host {host}, but {' and '.join(unset)} engines do "
+                "not say how much of it they take (vLLM would take 90% each)",
+                fix=f"set {unset[0]}.gpu_memory_utilization, e.g. 0.4 for two engines per GPU",
+            )
+        total = sum(fraction or 0.0 for fraction in fractions.values())
+        if total > MAX_SHARED_FRACTION + 1e-9:
+            raise PlanError(
+                "prefill.gpu_memory_utilization",
+                f"{names} share GPU {gpu} on host {host} and take {total:.2f} of its memory "
+                f"together, more than {MAX_SHARED_FRACTION}",
+                fix="lower prefill/decode gpu_memory_utilization so that they sum to at most "
+                f"{MAX_SHARED_FRACTION} on each GPU",
+            )
 
 
 def _units(spec: Spec) -> str:

@@ -1,5 +1,6 @@
 """Rendering: Plan -> files (Dockerfiles under images/<stack>/, compose projects, LMCache and
-router configs, plan.json under compose/<stack>/, a manifest of them in each stack folder).
+router configs, plan.json under compose/<stack>/, processes.yaml under the process runtime, a
+manifest of them in each stack folder).
 Pure: returns text, writes nothing.
 
 The services come from the neutral model (generator/services, ``RenderedStack.deployment``);
@@ -15,10 +16,12 @@ from generator.plan import Plan
 from generator.render.images import ImageBuild, plan_images
 from generator.render.manifest import MANIFEST_NAME, manifest_text
 from generator.serializers.compose import ComposeProject, compose_projects
+from generator.serializers.process import ProcessProject, process_projects
 from generator.services.build import build_deployment, image_ref
 from generator.services.model import Deployment
+from generator.spec import Runtime
 
-__all__ = ["ComposeProject", "ImageBuild", "RenderedStack", "render_stack"]
+__all__ = ["ComposeProject", "ImageBuild", "ProcessProject", "RenderedStack", "render_stack"]
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,15 @@ class RenderedStack:
     images: tuple[ImageBuild, ...]
     deployment: Deployment  # what runs where, before any serializer's shapes
     projects: tuple[ComposeProject, ...]  # the deployment as compose projects, one per host
+    # The deployment as process plans (runtime: process), one per host; () under compose.
+    processes: tuple[ProcessProject, ...] = ()
 
 
 def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     images = plan_images(plan, workspace)
     deployment = build_deployment(plan, {i.role: image_ref(i.tag, i.dockerfile) for i in images})
     projects = compose_projects(deployment)
+    processes = process_projects(deployment) if plan.runtime is Runtime.PROCESS else []
     compose_dir = PurePosixPath("compose") / plan.stack
     images_dir = PurePosixPath("images") / plan.stack
     files: dict[PurePosixPath, str] = {image.dockerfile: image.text for image in images}
@@ -42,9 +48,13 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
         files[project.compose_file] = project.text
         for relative, text in project.files.items():
             files[project.directory / relative] = text
+    for process in processes:
+        files[process.plan_file] = process.text
     files[compose_dir / "plan.json"] = plan.model_dump_json(indent=2) + "\n"
     for folder in (compose_dir, images_dir):
         listed = [path.relative_to(folder) for path in files if folder in path.parents]
         files[folder / MANIFEST_NAME] = manifest_text(plan.stack, listed)
     owned = (compose_dir, images_dir)
-    return RenderedStack(plan.stack, files, owned, tuple(images), deployment, tuple(projects))
+    return RenderedStack(
+        plan.stack, files, owned, tuple(images), deployment, tuple(projects), tuple(processes)
+    )

@@ -23,7 +23,9 @@ from generator.versions import PackagePins, load_versions
 
 __all__ = [
     "CPU_CONNECTOR",
+    "CPU_FEATURES",
     "ENGINE_LOCK",
+    "FIX_CPU_VENV",
     "GPU_ENGINE_LOCK",
     "ROUTER_LOCK",
     "ImageBuild",
@@ -54,6 +56,7 @@ _CPU_PIP_GAPS = [
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib
 CPU_FEATURES = "generator/cpu_features.py"  # standalone: the cpu venv's AMX permission (.pth)
+FIX_CPU_VENV = "images/assets/fix_cpu_venv.py"  # the vllm alias and NIXL's idle patch
 _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 
 
@@ -135,9 +138,10 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "check_args": _check_args(pip_gaps, cpu=cpu),
         "kv_probe": KV_PROBE,
         "cpu_features": CPU_FEATURES,
+        "fix_script": FIX_CPU_VENV,
         "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
     }
-    inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([CPU_FEATURES] if cpu else [])
+    inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([CPU_FEATURES, FIX_CPU_VENV] if cpu else [])
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     return _BaseStages(template, context, inputs, base_image)
 

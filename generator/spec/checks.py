@@ -11,7 +11,9 @@ from generator.errors import SpecIssue
 from generator.spec.models import (
     GroupPlacement,
     Profile,
+    Runtime,
     Spec,
+    Topology,
 )
 
 __all__ = ["check_spec"]
@@ -152,6 +154,41 @@ def _docker_access(spec: Spec) -> Iterator[SpecIssue]:
             )
 
 
+def _nixl_settings(spec: Spec) -> Iterator[SpecIssue]:
+    if spec.topology is not Topology.NIXL_MP and "nixl" in spec.model_fields_set:
+        yield SpecIssue(
+            "nixl",
+            f"is read by the nixl-mp topology only (this stack is {spec.topology.value}; "
+            "lmcache-pd's transfer always pushes)",
+            "remove the nixl section, or set topology: nixl-mp",
+        )
+
+
+def _runtime_settings(spec: Spec) -> Iterator[SpecIssue]:
+    if spec.runtime is not Runtime.PROCESS:
+        if "process" in spec.model_fields_set:
+            yield SpecIssue(
+                "process",
+                "is read by the process runtime only (runtime is compose)",
+                "remove the process section, or set runtime: process",
+            )
+        return
+    if len(spec.hosts) > 1:
+        yield SpecIssue(
+            "runtime",
+            f"the process runtime starts every service on this machine, but the stack has "
+            f"{len(spec.hosts)} hosts",
+            "use runtime: compose for multi-host stacks (each host's Docker engine), or one host",
+        )
+    for index, host in enumerate(spec.hosts):
+        if host.docker is not None:
+            yield SpecIssue(
+                f"hosts[{index}].docker",
+                "the process runtime uses no Docker engine",
+                "remove hosts[].docker, or set runtime: compose",
+            )
+
+
 def _placement(spec: Spec) -> Iterator[SpecIssue]:
     if spec.placement is None:
         return
@@ -199,5 +236,7 @@ _CHECKS: tuple[Check, ...] = (
     _token_source,
     _hosts,
     _docker_access,
+    _nixl_settings,
+    _runtime_settings,
     _placement,
 )

@@ -52,17 +52,21 @@ __all__ = [
     "HFSpec",
     "HostSpec",
     "ImagesSpec",
+    "Isolation",
     "LMCachePDSpec",
     "LMCacheServerSpec",
     "LMCacheSpec",
     "ModelSpec",
     "NetworkingSpec",
+    "NixlSpec",
     "PipSpec",
     "PlacementSpec",
     "PortBases",
+    "ProcessSpec",
     "Profile",
     "RouterKind",
     "RouterSpec",
+    "Runtime",
     "Spec",
     "TokenSource",
     "Topology",
@@ -107,6 +111,24 @@ class GpuAccess(StrEnum):
     CDI = "cdi"  # CDI device names (nvidia.com/gpu=N): hosts with CDI specs and no runtime hook
 
 
+class Runtime(StrEnum):
+    """What runs the services: both read the same neutral service model."""
+
+    COMPOSE = "compose"  # Docker Compose, one project per host, built images
+    # Local processes, no Docker (HPC nodes, bare-metal runners, a GPU host without Docker):
+    # a Python with the stack's lock (`python -m generator env`), host networking, one host.
+    PROCESS = "process"
+
+
+class Isolation(StrEnum):
+    """How much of its container's view a service gets under the process runtime."""
+
+    PLAIN = "plain"  # CUDA_VISIBLE_DEVICES selects GPUs, taskset pins cores: any user
+    # Root only: each engine in the view its container would have (its GPUs' device nodes
+    # alone, its PID namespace), built with unshare as doctor's process mode does.
+    CONTAINER = "container"
+
+
 class RouterKind(StrEnum):
     PROXY = "proxy"  # our P/D proxy (generator.proxy): speaks LMCache P/D and NIXL
     VLLM_ROUTER = "vllm-router"  # vllm-project/router in --vllm-pd-disaggregation mode
@@ -115,6 +137,18 @@ class RouterKind(StrEnum):
 class StrictModel(BaseModel):
     # strict: no silent coercion (`count: true` is not 1, "2" is not 2); no inf/nan either.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class ProcessSpec(StrictModel):
+    """The process runtime's settings (runtime: process, or up/bench --runtime process)."""
+
+    python: AbsolutePath | None = Field(
+        None, description="the engines' Python, with the stack's lock; default: the env's"
+    )
+    router_python: AbsolutePath | None = Field(
+        None, description="the router's Python (images/locks/router.txt); default: the env's"
+    )
+    isolation: Annotated[Isolation, Lax] = Isolation.PLAIN
 
 
 class ModelSpec(StrictModel):
@@ -185,6 +219,15 @@ class LMCachePDSpec(StrictModel):
     backends: list[NixlBackend] = Field(default_factory=lambda: ["UCX"], min_length=1)
 
 
+class NixlSpec(StrictModel):
+    """vLLM's NIXL hand-off (nixl-mp)."""
+
+    # pull: the decoder READs the prefiller's KV (vLLM's NixlConnector, upstream's default);
+    # push: the prefiller WRITEs it into the decoder's blocks (NixlPushConnector). Same router
+    # protocol. Two engines on ONE GPU need push: UCX serves same-GPU READs over tcp/lo.
+    transfer: Literal["pull", "push"] = "pull"
+
+
 class LMCacheSpec(StrictModel):
     chunk_size: int = Field(256, ge=16, le=65536)
     server: LMCacheServerSpec | None = None
@@ -204,6 +247,11 @@ class RouterSpec(StrictModel):
 
 class GpuSpec(StrictModel):
     access: Annotated[GpuAccess, Lax] = GpuAccess.DEVICE_REQUESTS
+    share: bool = Field(
+        False,
+        description="let engines share a GPU (each sets <role>.gpu_memory_utilization; "
+        "they may sum to at most 0.9 on one GPU); off: every engine has GPUs of its own",
+    )
 
 
 class NetworkingSpec(StrictModel):
@@ -279,6 +327,8 @@ class Spec(StrictModel):
     description: Text = ""
     topology: Annotated[Topology, Lax]
     profile: Annotated[Profile, Lax] = Profile.GPU
+    runtime: Annotated[Runtime, Lax] = Runtime.COMPOSE
+    process: ProcessSpec = Field(default_factory=ProcessSpec)
     model: ModelSpec
     prefill: GroupSpec = Field(default_factory=GroupSpec)
     decode: GroupSpec = Field(default_factory=GroupSpec)
@@ -287,6 +337,7 @@ class Spec(StrictModel):
     )
     placement: PlacementSpec | None = None
     lmcache: LMCacheSpec = Field(default_factory=LMCacheSpec)
+    nixl: NixlSpec = Field(default_factory=NixlSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)
     networking: NetworkingSpec = Field(default_factory=NetworkingSpec)
     gpu: GpuSpec = Field(default_factory=GpuSpec)

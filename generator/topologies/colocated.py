@@ -91,6 +91,7 @@ def colocated_spec(spec: Spec, plan: Plan) -> Spec:
     data |= {"name": name, "topology": Topology.COLOCATED.value}
     data["description"] = f"colocated baseline of {spec.name} (bench --baseline colocated)"
     data["lmcache"] = {}  # no LMCache at all: neither P/D nor servers
+    data.pop("nixl", None)  # no KV hand-off either
     data["ports"] = {
         field: value
         for field, value in data.get("ports", {}).items()

@@ -61,6 +61,7 @@ class NixlMP:
             supported_transfer_mode=given.supported_transfer_mode
             or ("auto" if cpu else "lmcache_driven"),
             server_extra_args=tuple(given.extra_args),
+            transfer=spec.nixl.transfer,
         )
 
     def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> NixlMPEngineKV:
@@ -90,7 +91,8 @@ class NixlMP:
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         server = _kv(engine).lmcache_server
         role = "kv_producer" if engine.role is Role.PREFILL else "kv_consumer"
-        nixl: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": role}
+        connector = "NixlPushConnector" if _settings(plan).transfer == "push" else "NixlConnector"
+        nixl: dict[str, Any] = {"kv_connector": connector, "kv_role": role}
         if plan.profile is Profile.CPU:
             nixl["kv_buffer_device"] = "cpu"
         lmcache_host = "127.0.0.1" if plan.network == "host" else server.service
@@ -131,22 +133,28 @@ class NixlMP:
         return False
 
     def verdict_sources(self, plan: Plan) -> VerdictSources:
-        # The decoder READs from the prefiller (ucp_get) and vLLM records each transfer's
-        # bytes and time (NIXL's own telemetry).
+        # pull: the decoder READs from the prefiller (ucp_get); push: the prefiller WRITEs into
+        # the decoder (ucp_put). The engine that moves the bytes records each transfer's bytes
+        # and time (NIXL's own telemetry).
+        push = _settings(plan).transfer == "push"
+        movers = plan.prefill if push else plan.decode
         speed = KvSpeedSource(
-            engines=tuple(engine.name for engine in plan.decode),
-            ports=tuple(engine.http_port for engine in plan.decode),
-            operation="read",
+            engines=tuple(engine.name for engine in movers),
+            ports=tuple(engine.http_port for engine in movers),
+            operation="write" if push else "read",
             bytes_metric="vllm:nixl_bytes_transferred_sum",
             seconds_metric="vllm:nixl_xfer_time_seconds_sum",
             seconds_per_unit=1.0,
             transfers_metric="vllm:nixl_xfer_time_seconds_count",
             memory="host" if plan.profile is Profile.CPU else "cuda",
         )
-        rows = (
-            CounterRow("NIXL failed transfers", "vllm:nixl_num_failed_transfers_total", True),
-            CounterRow("NIXL bytes transferred", "vllm:nixl_bytes_transferred_sum", False),
-        )
+        # Decoder counters; under push the bytes are counted where they move (the speed row).
+        failed = CounterRow("NIXL failed transfers", "vllm:nixl_num_failed_transfers_total", True)
+        rows: tuple[CounterRow, ...] = (failed,)
+        if not push:
+            rows += (
+                CounterRow("NIXL bytes transferred", "vllm:nixl_bytes_transferred_sum", False),
+            )
         stores = tuple(
             (_kv(e).lmcache_server.service, _kv(e).lmcache_server.http_port) for e in plan.engines
         )

@@ -5,15 +5,13 @@ runs it per load point and arm."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from generator.docker import OneOff
-from generator.errors import StackError, XpydError
+from generator.errors import StackError
 from generator.services.bench import BENCH_RESULTS_DIR, BenchSettings, bench_command
 from generator.workflow.context import RunContext
 
@@ -55,13 +53,12 @@ def run_bench_point(
     output beside it (``<name>.log``). Fails with the log's tail."""
     folder = context.run_dir / "bench"
     folder.mkdir(parents=True, exist_ok=True)
-    compose = context.router_host.compose
-    container = f"{compose.project}-bench-{name}"
-    with contextlib.suppress(XpydError):  # left by a run that was killed
-        OneOff(container, compose.endpoint).remove()
+    runtime = context.router_host.runtime
+    container = f"{runtime.project}-bench-{name}"
+    runtime.remove_oneoff(container)  # left by a run that was killed
     command = bench_command(context.plan, settings, f"{name}.json")
     volumes = [(folder.resolve(), BENCH_RESULTS_DIR)]
-    oneoff = compose.start_oneoff("bench", command, name=container, env={}, volumes=volumes)
+    oneoff = runtime.start_oneoff("bench", command, name=container, env={}, volumes=volumes)
     try:
         code = _wait(context, oneoff.wait, timeout_s)
         stdout, stderr = oneoff.output()

@@ -7,6 +7,8 @@ render -> preflight (every host's engine answers) -> wheels -> build-engines || 
   -> start-router -> wait-router -> smoke -> [bench] -> [down]
 
 Single-host stacks drop the ``@<host>`` suffixes. Each task is declared once, with its limit.
+Under the process runtime, ``prepare-env`` (the services' Pythons answer, the synthetic model
+is made) takes the place of wheels, builds and shipping.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from generator.plan import Plan
-from generator.spec import Profile
+from generator.spec import Profile, Runtime
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.graph import Graph
 from generator.workflow.steps import prepare, services, verdict
@@ -70,6 +72,18 @@ def build_graph(plan: Plan, options: RunOptions | None = None) -> Graph:
         5 * _MINUTE,
         render,
     )
+    if plan.runtime is Runtime.PROCESS:
+        # Nothing to build or ship: the services run from the process runtime's Pythons.
+        ready = g.add(
+            "prepare-env",
+            prepare.check_pythons,
+            "the Pythons the services run with answer; the synthetic model, made once",
+            30 * _MINUTE,
+            preflight,
+        )
+        waits = [w for host in plan.hosts for w in _engine_part(g, host.name, ready, ready)]
+        _router_part(g, waits, ready)
+        return Graph(g.tasks)
     wheels = g.add(
         "wheels",
         prepare.fetch_wheels,

@@ -1,15 +1,20 @@
-"""One compose project per host, each driven through that host's own Docker engine (a Docker
-context or an engine URL from the plan; this machine's engine when the plan names none)."""
+"""One runtime per host: a compose project driven through that host's own Docker engine (a
+Docker context or an engine URL from the plan; this machine's engine when the plan names none),
+or, under the process runtime, the host's services as local processes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from generator.docker import LOCAL, ComposeStack, DockerEndpoint, check_reachable
 from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.plan import HostPlan, Plan
 from generator.render import ComposeProject, RenderedStack
+from generator.runtimes import ServiceRuntime
+from generator.runtimes.process import ProcessStack, Pythons
+from generator.spec import Isolation, Runtime
 from generator.workflow.engines import endpoint_of, host_endpoints
 
 __all__ = ["HostStack", "host_stacks", "rendered_stacks"]
@@ -19,15 +24,16 @@ _REACH_TIMEOUT_S = 20.0
 
 @dataclass(frozen=True)
 class HostStack:
-    """One host of the stack: its compose project through that host's Docker engine
-    (``compose``), and the same project through this machine's engine (``builder``: images
-    are built here, where the build cache and base images are, then shipped)."""
+    """One host of the stack: what runs its services (``runtime``: its compose project through
+    that host's Docker engine, or local processes), and for compose the same project through
+    this machine's engine (``builder``: images are built here, where the build cache and base
+    images are, then shipped; None under the process runtime, which builds nothing)."""
 
     host: HostPlan
     project: ComposeProject
     endpoint: DockerEndpoint
-    compose: ComposeStack
-    builder: ComposeStack
+    runtime: ServiceRuntime
+    builder: ComposeStack | None
 
     @property
     def name(self) -> str:
@@ -38,8 +44,13 @@ class HostStack:
         return self.endpoint.is_local
 
 
-def host_stacks(plan: Plan, rendered: RenderedStack, workspace: Workspace) -> dict[str, HostStack]:
-    """Every host that runs something, in the plan's order."""
+def host_stacks(
+    plan: Plan, rendered: RenderedStack, workspace: Workspace, pythons: Pythons | None = None
+) -> dict[str, HostStack]:
+    """Every host that runs something, in the plan's order. ``pythons``: the interpreters of
+    the process runtime (default: the plan's, else the env ``python -m generator env`` made)."""
+    if plan.runtime is Runtime.PROCESS:
+        return _process_stacks(plan, rendered, workspace, pythons)
     projects = {project.host: project for project in rendered.projects}
     endpoints = host_endpoints(plan)  # refuses two hosts through one engine
     stacks = {}
@@ -54,18 +65,57 @@ def host_stacks(plan: Plan, rendered: RenderedStack, workspace: Workspace) -> di
     return stacks
 
 
+def _process_stacks(
+    plan: Plan, rendered: RenderedStack, workspace: Workspace, pythons: Pythons | None
+) -> dict[str, HostStack]:
+    projects = {project.host: project for project in rendered.projects}
+    chosen = pythons or plan_pythons(plan, workspace)
+    isolation = plan.process.isolation if plan.process else Isolation.PLAIN
+    stacks = {}
+    for process in rendered.processes:
+        runtime = ProcessStack(process, workspace.root, chosen, isolation=isolation)
+        host = plan.host(process.host)
+        stacks[host.name] = HostStack(host, projects[host.name], LOCAL, runtime, None)
+    return stacks
+
+
+def plan_pythons(plan: Plan, workspace: Workspace) -> Pythons:
+    """The process runtime's interpreters: the spec's (process.python / router_python), else
+    the ones `python -m generator env` makes under .cache/env/."""
+    from generator.envs import default_pythons
+
+    defaults = default_pythons(workspace, plan.profile)
+    settings = plan.process
+    engine = settings.python if settings and settings.python else None
+    router = settings.router_python if settings and settings.router_python else None
+    return Pythons(
+        engine=Path(engine) if engine else defaults.engine,
+        router=Path(router) if router else defaults.router,
+    )
+
+
 def rendered_stacks(
     stack: str, *, service: str | None = None, host: str | None = None
-) -> list[tuple[str, ComposeStack]]:
-    """(host, compose project on that host's engine) of a rendered stack, the engines checked:
-    what `down`, `status` and `logs` act on (stacks rendered with --set overrides too)."""
+) -> list[tuple[str, ServiceRuntime]]:
+    """(host, what runs that host's services) of a rendered stack, the engines checked: what
+    `down`, `status` and `logs` act on (stacks rendered with --set overrides too). A host
+    rendered for the process runtime is read back from its processes.yaml and state."""
+    from generator.envs import default_pythons
+    from generator.paths import find_workspace
+    from generator.runtimes.process import rendered_process_stack
     from generator.workbench import rendered_projects
 
-    found = []
+    workspace = find_workspace()
+    found: list[tuple[str, ServiceRuntime]] = []
     for rendered in rendered_projects(stack):
         if host is not None and rendered.host != host:
             continue
         if service is not None and service not in rendered.services:
+            continue
+        if rendered.process_file is not None:
+            fallback = default_pythons(workspace, rendered.profile)
+            runtime = rendered_process_stack(rendered.process_file, workspace.root, fallback)
+            found.append((rendered.host, runtime))
             continue
         endpoint = endpoint_of(rendered.host, rendered.docker)
         compose = ComposeStack(rendered.compose_file, rendered.project, endpoint=endpoint)

@@ -89,7 +89,7 @@ def _interrupted(context: RunContext) -> None:
         EventLevel.FAILED, "interrupted: removing the stack's containers so nothing is left running"
     )
     for stack in context.hosts.values():
-        stack.compose.down()
+        stack.runtime.down()
 
 
 def _report_failure(context: RunContext, failure: TaskFailure) -> None:
@@ -97,13 +97,13 @@ def _report_failure(context: RunContext, failure: TaskFailure) -> None:
         return  # its message already holds the failing service's log tail
     for stack in context.hosts.values():
         try:
-            states = stack.compose.ps()
+            states = stack.runtime.ps()
         except XpydError:
             continue  # an engine that does not answer: the failure itself says so
         for state in states:
             if state.exited or state.health == "unhealthy":
                 condition = f"{state.status} ({state.health or 'no health'}) on {stack.name}"
-                tail = stack.compose.logs(state.service, tail=_LOG_TAIL)
+                tail = stack.runtime.logs(state.service, tail=_LOG_TAIL)
                 context.reporter.service_log(state.service, condition, tail)
 
 
@@ -112,9 +112,9 @@ def _save_logs(context: RunContext) -> None:
     context.record.logs_dir.mkdir(parents=True, exist_ok=True)
     for stack in context.hosts.values():
         try:
-            states = stack.compose.ps()
+            states = stack.runtime.ps()
         except XpydError:
             continue  # an unreachable host has no logs to keep
         for state in states:
-            text = stack.compose.logs(state.service)
+            text = stack.runtime.logs(state.service)
             (context.record.logs_dir / f"{state.service}.log").write_text(text, encoding="utf-8")

@@ -57,12 +57,14 @@ class Task:
     def __rshift__(self, other: list[Task]) -> list[Task]: ...
     def __rshift__(self, other: Task | list[Task]) -> Task | list[Task]:
         for downstream in other if isinstance(other, list) else [other]:
-            downstream.upstream.append(self)
+            if self not in downstream.upstream:
+                downstream.upstream.append(self)
         return other
 
     def __rrshift__(self, other: list[Task]) -> Task:
         for upstream in other:
-            self.upstream.append(upstream)
+            if upstream not in self.upstream:
+                self.upstream.append(upstream)
         return self
 
     def __repr__(self) -> str:

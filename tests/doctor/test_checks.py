@@ -13,7 +13,13 @@ import pytest
 
 from generator.cpu_features import cpu_features
 from generator.docker import EngineFacts
-from generator.doctor.checks import cpu_isa_checks, docker_checks, gpu_access_checks, gpu_checks
+from generator.doctor.checks import (
+    cpu_isa_checks,
+    docker_checks,
+    gpu_access_checks,
+    gpu_checks,
+    rdma_checks,
+)
 from generator.doctor.context import HostView
 from generator.doctor.gpus import parse_gpus, parse_topology
 from generator.doctor.host_checks import port_checks, token_checks
@@ -206,3 +212,35 @@ def test_the_cpu_row_reports_this_hosts_isa_and_amx(workspace: Workspace) -> Non
         Verdict.PASS if {"avx2", "avx512f"} & set(features.vector_flags) else Verdict.WARN
     )
     assert cpu_isa_checks(h200_view(workspace)) == []  # GPU engines do not run vLLM CPU
+
+
+def one_gpu_view(workspace: Workspace, used_mib: int) -> HostView:
+    """xpyd-1gpu (both engines on GPU 0, 0.4 each) on an H200 with ``used_mib`` taken."""
+    plan = make_plan(load_spec(workspace.stack_file("xpyd-1gpu")))
+    (project,) = render_stack(plan, workspace).projects
+    line = f"0, NVIDIA H200, 143771, 00000000:00:06.0, GPU-24c9e0c0, {used_mib}"
+    return HostView(
+        plan, plan.host("local"), project, workspace, FACTS, parse_gpus(line), {}, frozenset()
+    )
+
+
+def test_engines_sharing_a_gpu_need_the_sum_of_their_shares_free(workspace: Workspace) -> None:
+    rows = {row.check: row for row in gpu_checks(one_gpu_view(workspace, used_mib=1000))}
+    row = rows["GPU 0 free memory"]
+    assert row.verdict is Verdict.PASS
+    assert row.expected == ">= 112 GiB (0.80 of 140 GiB for prefill-0, decode-0)"
+    busy = {row.check: row for row in gpu_checks(one_gpu_view(workspace, used_mib=60_000))}
+    assert busy["GPU 0 free memory"].verdict is Verdict.FAIL
+    assert busy["GPU 0 free memory"].found == "82 GiB free"
+
+
+def test_one_gpu_pairs_say_so_and_running_engines_hold_their_own_memory(
+    workspace: Workspace,
+) -> None:
+    view = one_gpu_view(workspace, used_mib=100_000)
+    rows = {row.check: row for row in gpu_checks(view)}
+    link = rows["GPU link prefill-0 -> decode-0"]
+    assert (link.verdict, link.found.split(":")[0]) == (Verdict.PASS, "both on GPU 0")
+    running = replace(view, running=frozenset({"prefill-0", "decode-0"}))
+    assert "GPU 0 free memory" not in {row.check for row in gpu_checks(running)}  # second up
+    assert "memlock unlimited for engines" not in {r.check for r in rdma_checks(view)}  # no dockerd

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.doctor.isolation import (
+from generator.runtimes.isolation import (
     VIEW_FAILED,
     ContainerView,
     PidNamespace,

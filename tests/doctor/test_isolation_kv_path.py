@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from generator.doctor.isolation import ContainerView, PidNamespace, view_command
+from generator.runtimes.isolation import ContainerView, PidNamespace, view_command
 from tests.kvprobe.kvprobe import NO_NIXL, PROBE, free_port, json_lines, nixl_python
 
 SIZE = ["--device", "cpu", "--size-mib", "64", "--timeout-s", "40"]

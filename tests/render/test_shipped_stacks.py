@@ -21,6 +21,8 @@ SHIPPED = [
     "cpu-2host",
     "cpu-lmcache-pd",
     "xpyd",
+    "xpyd-1gpu",
+    "xpyd-lmcache-1gpu",
     "xpyd-mp",
     "xpyd-mp-2host",
     "xpyd-tp8",

@@ -3,12 +3,17 @@ this machine's engine, and shipping images to the hosts' own engines."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from generator.errors import StackError
 from generator.plan import Plan
 from generator.render.writer import write_rendered
+from generator.runtimes.process import ProcessStack
+from generator.spec import Runtime
+from generator.topologies import topology_of
 from generator.workflow.context import RunContext
 from generator.workflow.engines import host_endpoint
 from generator.workflow.hosts import HostStack
@@ -19,6 +24,7 @@ __all__ = [
     "build_engine_images",
     "build_router_image",
     "check_hosts",
+    "check_pythons",
     "fetch_wheels",
     "needs_shipping",
     "render_files",
@@ -36,9 +42,13 @@ def render_files(context: RunContext) -> str:
 
 def check_hosts(context: RunContext) -> str:
     """Every host's engine answers (nothing starts otherwise), then doctor's cheap checks on
-    the hosts this machine is (they read this machine's ports, GPUs and /dev/shm)."""
+    the hosts this machine is (they read this machine's ports, GPUs and /dev/shm). The process
+    runtime needs no engine: only the checks."""
     from generator.docker import check_reachable, ensure_image
 
+    if context.plan.runtime is Runtime.PROCESS:
+        stack = next(iter(context.hosts.values()))
+        return "process runtime; " + _doctor_checks(context, stack)
     for stack in context.hosts.values():
         check_reachable(stack.endpoint, timeout_s=_REACH_TIMEOUT_S)
     for image in context.rendered.images:
@@ -59,7 +69,7 @@ def _doctor_checks(context: RunContext, stack: HostStack) -> str:
     from generator.doctor import check_host as doctor_checks
     from generator.doctor.report import Verdict
 
-    running = frozenset(s.service for s in stack.compose.ps() if s.status == "running")
+    running = frozenset(s.service for s in stack.runtime.ps() if s.status == "running")
     _, report = doctor_checks(
         context.plan, context.rendered, context.workspace, host=stack.name, running=running
     )
@@ -76,6 +86,53 @@ def _doctor_checks(context: RunContext, stack: HostStack) -> str:
         )
     busy = f", {len(running)} services already running" if running else ""
     return f"{stack.name}: {len(report.rows)} checks passed{busy}"
+
+
+def check_pythons(context: RunContext) -> str:
+    """The process runtime's Pythons: the engines' imports vLLM, the router's runs the router;
+    then the synthetic model, where the stack uses one (the image build makes it otherwise)."""
+    from generator.envs import make_synthetic_model
+
+    stack = next(iter(context.hosts.values()))
+    pythons = stack.runtime.pythons if isinstance(stack.runtime, ProcessStack) else None
+    assert pythons is not None  # the DAG adds this task under the process runtime only
+    probe = _ENGINE_PROBE
+    if topology_of(context.plan).needs_cpu_connector(context.plan.profile):
+        probe = "import xpyd_lmcache_cpu; " + probe  # LMCache's CPU connector (env installs it)
+    found = [_answers(pythons.engine, probe, "the engines' Python")]
+    found.append(_answers(pythons.router, _ROUTER_PROBE, "the router's Python"))
+    if context.plan.model.source == "synthetic":
+        found.append(
+            make_synthetic_model(
+                context.plan, context.workspace, pythons.engine, _every(context, "model")
+            )
+        )
+    return "; ".join(found)
+
+
+_ENGINE_PROBE = (
+    "import vllm, sys; print(f'vllm {vllm.__version__}, Python {sys.version.split()[0]}')"
+)
+_ROUTER_PROBE = "import aiohttp, sys; print(f'router env, Python {sys.version.split()[0]}')"
+
+
+def _answers(python: Path, probe: str, what: str) -> str:
+    if not python.exists():
+        raise StackError(
+            f"{what} {python} does not exist",
+            hint="make it: python -m generator env <stack> (or set process.python / "
+            "process.router_python to a Python with the stack's lock)",
+        )
+    done = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, timeout=300, check=False
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise StackError(
+            f"{what} {python} cannot import what it runs:\n{tail}",
+            hint="install the stack's lock into it: python -m generator env <stack>",
+        )
+    return done.stdout.strip()
 
 
 def fetch_wheels(context: RunContext) -> str:
@@ -127,6 +184,7 @@ def _build(context: RunContext, roles: set[str], log_name: str) -> str:
 
         for stack in {id(s): s for s, _ in images.values()}.values():
             services = [name for s, name in images.values() if s is stack]
+            assert stack.builder is not None  # compose only: the process runtime builds nothing
             stack.builder.build(services, on_line)
     return f"{time.monotonic() - started:.0f} s, log {log_path.relative_to(context.run_dir)}"
 

@@ -47,14 +47,14 @@ def sidecars_on(plan: Plan, host: str) -> list[str]:
 
 def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
     def start(context: RunContext) -> str:
-        context.hosts[host].compose.up(names)
+        context.hosts[host].runtime.up(names)
         return ", ".join(names)
 
     return start
 
 
 def _state_of(stack: HostStack, service: str, *, max_age_s: float) -> ServiceState | None:
-    return next((s for s in stack.compose.ps(max_age_s=max_age_s) if s.service == service), None)
+    return next((s for s in stack.runtime.ps(max_age_s=max_age_s) if s.service == service), None)
 
 
 def _alive(context: RunContext, service: str) -> Callable[[], None]:
@@ -68,7 +68,7 @@ def _alive(context: RunContext, service: str) -> Callable[[], None]:
             state = _state_of(stack, service, max_age_s=0.0)  # bad news is confirmed fresh
         if state is None or state.exited:
             code = state.exit_code if state else None
-            tail = stack.compose.logs(service, tail=_LOG_TAIL)
+            tail = stack.runtime.logs(service, tail=_LOG_TAIL)
             raise StackError(
                 f"{service}{where} exited (code {code}) while we waited for it; "
                 f"last log lines:\n{tail}",
@@ -119,7 +119,7 @@ def wait_engine(engine: EnginePlan) -> Callable[[RunContext], str]:
 
 
 def start_router(context: RunContext) -> str:
-    context.router_host.compose.up([context.plan.router.service])
+    context.router_host.runtime.up([context.plan.router.service])
     return context.plan.router.kind.value
 
 

@@ -23,10 +23,10 @@ def smoke(context: RunContext) -> str:
     from generator.probes import run_smoke
 
     def logs(services: list[str]) -> str:
-        return "\n".join(context.host_of(name).compose.logs(name) for name in services)
+        return "\n".join(context.host_of(name).runtime.logs(name) for name in services)
 
     def read_inside(service: str, url: str) -> str:
-        return context.host_of(service).compose.execute(service, [*_GET, url])
+        return context.host_of(service).runtime.execute(service, [*_GET, url])
 
     result = run_smoke(
         context.plan, nonce=context.record.run_id, read_inside=read_inside, logs=logs
@@ -56,5 +56,5 @@ def down(context: RunContext) -> str:
     if not context.options.down and not context.failed():
         raise SkipTask("nothing failed; stack kept (use --down to remove it)")
     for stack in context.hosts.values():
-        stack.compose.down()
+        stack.runtime.down()
     return f"containers and networks removed on {', '.join(context.hosts)}"

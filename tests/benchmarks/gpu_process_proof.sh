@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU proof on a host without Docker (process runtime): a one-GPU stack up as processes
+# (smoke verdict: KV from external_kv_transfer, none computed on decode, its GiB/s and UCX
+# transport), then seed A's benchmark against the colocated baseline on the same GPU.
+#
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR [up|bench|both]
+#
+# STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
+# (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
+# MODEL_DIR: a model folder on this host. With only a config and a tokenizer in it
+# (images/assets/make_tiny_model.py DIR --shape llama-3.1-8b) vLLM makes random weights
+# (--load-format dummy): timings with --ignore-eos do not depend on the weights' values.
+# Run from the checkout, with the Python that runs `python -m generator` as $PYTHON (default
+# python3). As root the engines run in their containers' view (process.isolation: container).
+# Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
+set -uo pipefail
+stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both}
+python=${PYTHON:-python3}
+extra='["--enforce-eager", "--load-format", "dummy"]'
+[ "$stack" = xpyd-lmcache-1gpu ] && extra='["--enforce-eager", "--no-enable-prefix-caching", "--load-format", "dummy"]'
+isolation=plain
+[ "$(id -u)" = 0 ] && command -v unshare >/dev/null && isolation=container
+settings=(
+    --runtime process --python "$engine_python"
+    --set "process.router_python=$router_python" --set "process.isolation=$isolation"
+    --set model.source=host-path --set "model.host_path=$model" --set model.id=/models/model
+    --set model.served_name=llama-3.1-8b-shape --set "model.extra_args=$extra"
+    --set 'hf={}'  # a local model: no token, no hub
+)
+status=0
+if [ "$what" != bench ]; then
+    "$python" -m generator up "$stack" "${settings[@]}" --run-id "gpu-proof-$stack-up" || status=1
+fi
+if [ "$what" != up ] && [ "$status" = 0 ]; then
+    "$python" -m generator bench "$stack" "${settings[@]}" --preset seed-xpyd --baseline colocated \
+        --run-id "gpu-proof-$stack-bench" --down || status=1
+fi
+[ "$what" = up ] || "$python" -m generator down "$stack"
+exit "$status"

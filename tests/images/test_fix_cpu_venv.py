@@ -1,0 +1,58 @@
+"""images/assets/fix_cpu_venv.py on fake site-packages folders: the vllm alias, and NIXL's
+patch (made once, kept when run again, refused when NIXL's line changed). The real NIXL is
+patched in every cpu image build, whose check measures the idle thread (test_check_engine_image)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/fix_cpu_venv.py"
+UPSTREAM = "class A:\n    def __init__(self):\n        agent_config.pthrDelay = 0\n        more()\n"
+
+
+@pytest.fixture(scope="module")
+def fix() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fix_cpu_venv", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nixl(site: Path, text: str) -> Path:
+    (site / "nixl_cu12").mkdir()
+    api = site / "nixl_cu12" / "_api.py"
+    api.write_text(text)
+    return api
+
+
+def test_the_delay_is_read_from_the_environment_once(fix: ModuleType, tmp_path: Path) -> None:
+    api = nixl(tmp_path, UPSTREAM)
+    fix.patch_nixl_delay(tmp_path, "XPYD_NIXL_PTHR_DELAY_US")
+    patched = api.read_text()
+    assert (
+        'pthrDelay = int(__import__("os").environ.get("XPYD_NIXL_PTHR_DELAY_US", "0"))' in patched
+    )
+    assert "pthrDelay = 0\n" not in patched
+    fix.patch_nixl_delay(tmp_path, "XPYD_NIXL_PTHR_DELAY_US")  # again: nothing changes
+    assert api.read_text() == patched
+    compile(patched, str(api), "exec")  # still Python
+
+
+def test_a_nixl_that_changed_the_line_is_refused(fix: ModuleType, tmp_path: Path) -> None:
+    nixl(tmp_path, UPSTREAM.replace("pthrDelay = 0", "pthrDelay = config.delay"))
+    with pytest.raises(SystemExit, match="no longer hard-codes pthrDelay = 0"):
+        fix.patch_nixl_delay(tmp_path, "X")
+
+
+def test_the_vllm_alias_names_the_cpu_build(fix: ModuleType, tmp_path: Path) -> None:
+    alias = fix.add_vllm_alias(tmp_path, "0.32.0")
+    assert (alias / "METADATA").read_text() == (
+        "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n"
+    )
+    assert alias.name == "vllm-0.32.0.dist-info"

@@ -1,0 +1,158 @@
+"""The process runtime for real: cpu-1p1d and cpu-lmcache-pd up as local processes (real vLLM
+CPU, LMCache servers, NIXL, vllm-router and our proxy, no Docker involved), verdict PASS;
+status, logs and down from other shells; a service that dies failing `up` fast with its log;
+Ctrl+C; and nothing left running after any of them.
+
+The stacks are rendered into a checkout copy (an `up --runtime process` renders the stack for
+host networking, which would change the committed compose files); the Pythons are the ones
+`python -m generator env` makes in this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.conftest import ROOT, cli, interrupt_cli, workspace_copy
+
+pytestmark = pytest.mark.stack
+RUN = f"proc-{int(time.time())}"
+
+
+@pytest.fixture(scope="module")
+def copy(scratch_root: Path) -> Path:
+    return workspace_copy(scratch_root / "process")
+
+
+@pytest.fixture(scope="module")
+def pythons() -> list[str]:
+    """The cpu env (both cpu stacks share it), made or found up to date."""
+    made = cli("env", "cpu-lmcache-pd", timeout_s=1800)
+    assert made.returncode == 0, made.stderr[-3000:]
+    engine = ROOT / ".cache/env/engine-cpu/bin/python"
+    router = ROOT / ".cache/env/router/bin/python"
+    return [
+        "--runtime",
+        "process",
+        "--python",
+        str(engine),
+        "--set",
+        f"process.router_python={router}",
+    ]
+
+
+def processes_of(copy: Path, project: str) -> list[psutil.Process]:
+    """Every process whose working directory is the copy and that runs from its state folder's
+    project: what the stack started (their cwd is the workspace root)."""
+    found = []
+    for process in psutil.process_iter(["cwd", "environ"]):
+        try:
+            if process.info["cwd"] == str(copy) and (process.info["environ"] or {}).get(
+                "XPYD_EXIT_FILE", ""
+            ).startswith(str(copy / ".cache/process" / project)):
+                found.append(process)
+        except (psutil.Error, TypeError):
+            continue
+    return found
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def nixl_mp_up(copy: Path, pythons: list[str]) -> Iterator[dict[str, object]]:
+    run_id = f"{RUN}-1p1d"
+    result = cli("up", "cpu-1p1d", *pythons, "--run-id", run_id, root=copy)
+    yield {"result": result, "run_id": run_id}
+    cli("down", "cpu-1p1d", root=copy)
+
+
+def test_cpu_1p1d_passes_its_verdict_as_processes(
+    copy: Path, nixl_mp_up: dict[str, object]
+) -> None:
+    result = nixl_mp_up["result"]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]  # type: ignore[attr-defined]
+    record = json.loads((copy / "runs" / str(nixl_mp_up["run_id"]) / "run.json").read_text())
+    tasks = record["tasks"]
+    assert tasks["prepare-env"]["state"] == "success"
+    assert "build-engines" not in tasks  # nothing is built or shipped
+    verdict = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
+    kv = verdict["prompt tokens from prefill (decode: external_kv_transfer)"]
+    assert kv["passed"] is True
+    assert int(kv["observed"]) > 0
+    assert verdict["prompt tokens computed on decode (local_compute)"]["observed"] == "0"
+    assert (copy / "compose/cpu-1p1d/processes.yaml").is_file()
+    logs = copy / "runs" / str(nixl_mp_up["run_id"]) / "logs"
+    assert {"prefill-0.log", "decode-0.log", "router.log"} <= {p.name for p in logs.iterdir()}
+    assert "Application startup complete" in (logs / "decode-0.log").read_text()
+
+
+def test_status_and_logs_from_another_shell(copy: Path, nixl_mp_up: dict[str, object]) -> None:
+    status = cli("status", "cpu-1p1d", root=copy)
+    assert status.returncode == 0, status.stderr
+    for service in ("lmcache-prefill-0", "prefill-0", "decode-0", "router"):
+        assert service in status.stdout
+    assert "running" in status.stdout
+    logs = cli("logs", "cpu-1p1d", "decode-0", "--tail", "5", root=copy)
+    assert logs.returncode == 0
+    assert len(logs.stdout.splitlines()) == 5
+
+
+def test_down_leaves_nothing_running(copy: Path, nixl_mp_up: dict[str, object]) -> None:
+    assert processes_of(copy, "xpyd-cpu-1p1d")  # the engines, their workers, servers, router
+    down = cli("down", "cpu-1p1d", root=copy)
+    assert down.returncode == 0, down.stderr
+    assert processes_of(copy, "xpyd-cpu-1p1d") == []
+    assert all(port_free(port) for port in (7100, 7200, 6555, 6556, 30000))
+    status = cli("status", "cpu-1p1d", root=copy)
+    assert "running" not in status.stdout
+
+
+def test_cpu_lmcache_pd_passes_its_verdict_as_processes(copy: Path, pythons: list[str]) -> None:
+    run_id = f"{RUN}-lmcache-pd"
+    try:
+        result = cli("up", "cpu-lmcache-pd", *pythons, "--run-id", run_id, root=copy)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
+        record = json.loads((copy / "runs" / run_id / "run.json").read_text())
+        verdict = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
+        assert all(row["passed"] is not False for row in verdict.values()), verdict
+    finally:
+        cli("down", "cpu-lmcache-pd", root=copy)
+    assert processes_of(copy, "xpyd-cpu-lmcache-pd") == []
+
+
+def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: list[str]) -> None:
+    started = time.monotonic()
+    broken = ["--set", 'decode.extra_args=["--no-such-vllm-flag"]', "--teardown-on-failure"]
+    result = cli("up", "cpu-1p1d", *pythons, *broken, "--run-id", f"{RUN}-dies", root=copy)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert "decode-0 exited (code 2) while we waited for it" in result.stderr
+    assert "--no-such-vllm-flag" in result.stderr  # vLLM's own complaint, from its log
+    assert elapsed < 120  # not the 300 s health deadline
+    assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure
+
+
+def test_ctrl_c_stops_every_process(copy: Path, pythons: list[str]) -> None:
+    env = {**os.environ, "XPYD_ROOT": str(copy), "NO_COLOR": "1", "CI": "1"}
+    code, output = interrupt_cli(
+        "up", "cpu-1p1d", *pythons, "--run-id", f"{RUN}-int",
+        after_line="waiting for prefill-0", env=env, cwd=copy,
+    )  # fmt: skip
+    assert code == 130, output[-3000:]
+    assert "interrupted" in output
+    assert processes_of(copy, "xpyd-cpu-1p1d") == []

@@ -1,0 +1,157 @@
+"""The process runtime with real processes (small Python services, not vLLM): start, health,
+logs, exit codes, a second shell's view, one-off runs, and `down` leaving nothing running,
+grandchildren included. The real stacks under it: tests/integration/test_process_stacks.py."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path, PurePosixPath
+
+import psutil
+import pytest
+
+from generator.runtimes.process import ProcessStack, Pythons, rendered_process_stack
+from generator.serializers.process import ProcessProject, ProcessService
+
+PYTHONS = Pythons(engine=Path(sys.executable), router=Path(sys.executable))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def http_service(name: str, port: int) -> ProcessService:
+    probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/', timeout=2)"
+    return ProcessService(
+        name=name,
+        role="prefill",
+        interpreter="engine",
+        command=("python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"),
+        env={"GREETING": "from the plan"},
+        health=("python3", "-c", probe),
+        stop_grace_s=5,
+    )
+
+
+def script_service(name: str, code: str, **fields: object) -> ProcessService:
+    return ProcessService(
+        name=name, role="decode", interpreter="engine", command=("python3", "-c", code), env={},
+        stop_grace_s=2, **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def project(*services: ProcessService) -> ProcessProject:
+    return ProcessProject("xpyd-test", "local", PurePosixPath("compose/t"), services, (), "")
+
+
+def wait_for(condition: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> ProcessStack:
+    return ProcessStack(project(http_service("web", free_port())), tmp_path, PYTHONS)
+
+
+def state_of(stack: ProcessStack, name: str) -> tuple[str, str | None, int | None]:
+    (state,) = [s for s in stack.ps() if s.service == name]
+    return state.status, state.health, state.exit_code
+
+
+def test_a_service_runs_becomes_healthy_and_logs(stack: ProcessStack) -> None:
+    stack.up(["web"])
+    try:
+        wait_for(lambda: state_of(stack, "web")[1] == "healthy")
+        assert state_of(stack, "web") == ("running", "healthy", None)
+        stack.up(["web"])  # running: left alone
+        assert len(stack.ps()) == 1
+        wait_for(lambda: "GET / HTTP" in stack.logs("web"))  # http.server logs each probe
+    finally:
+        stack.down()
+    assert stack.ps() == []
+
+
+def test_a_process_that_dies_is_exited_with_its_code(tmp_path: Path) -> None:
+    crasher = script_service("crasher", "import sys; print('bye'); sys.exit(3)")
+    stack = ProcessStack(project(crasher), tmp_path, PYTHONS)
+    stack.up(["crasher"])
+    wait_for(lambda: state_of(stack, "crasher")[0] == "exited")
+    assert state_of(stack, "crasher") == ("exited", None, 3)
+    assert stack.logs("crasher", tail=1) == "bye\n"
+    stack.down()
+
+
+def test_down_ends_the_whole_group_grandchildren_too(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, time; subprocess.Popen(['sleep', '1000']); "
+        "subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 1000']); time.sleep(1000)"
+    )
+    stack = ProcessStack(project(script_service("parent", code)), tmp_path, PYTHONS)
+    stack.up(["parent"])
+    wait_for(lambda: len(members(stack)) >= 5)  # sh, python, sleep, sh (ignores TERM), sleep
+    found = members(stack)
+    stack.down()
+    assert not [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def members(stack: ProcessStack) -> list[psutil.Process]:
+    import json
+
+    state = json.loads((stack.state_dir / "state.json").read_text())
+    leader = psutil.Process(state["services"]["parent"]["pid"])
+    return [leader, *leader.children(recursive=True)]
+
+
+def test_another_shell_sees_and_stops_what_up_started(tmp_path: Path) -> None:
+    """status/logs/down read the rendered plan and the state: nothing in memory is shared."""
+    service = http_service("web", free_port())
+    plan_file = tmp_path / "compose/t/processes.yaml"
+    plan_file.parent.mkdir(parents=True)
+    from generator.serializers.process import _document
+    from generator.serializers.yaml_text import dump_yaml
+
+    document = {
+        "name": "xpyd-test",
+        "x-xpyd": {"host": "local"},
+        "services": {"web": _document(service)},
+    }
+    plan_file.write_text(dump_yaml(document))
+    first = ProcessStack(project(service), tmp_path, PYTHONS)
+    first.up(["web"])
+    try:
+        other = rendered_process_stack(plan_file, tmp_path, Pythons(Path("/nope"), Path("/nope")))
+        assert other.pythons == PYTHONS  # recorded by up, not the fallback
+        wait_for(lambda: state_of(other, "web")[1] == "healthy")
+    finally:
+        other.down()
+    assert first.ps() == []
+
+
+def test_a_one_off_run_with_a_volume(tmp_path: Path) -> None:
+    service = script_service("bench", "pass", on_demand=True, paths={"/results": "unused"})
+    stack = ProcessStack(project(service), tmp_path, PYTHONS)
+    results = tmp_path / "results"
+    results.mkdir()
+    code = "import sys; open(sys.argv[1] + '/out.json', 'w').write('{}'); print('done')"
+    run = stack.start_oneoff(
+        "bench",
+        ["python3", "-c", code, "/results"],
+        name="b1",
+        env={},
+        volumes=[(results, "/results")],
+    )
+    assert run.wait(30) == 0
+    assert run.output()[0] == "done\n"
+    assert (results / "out.json").read_text() == "{}"  # the volume wins over the plan's path
+    run.remove()
+    assert stack.ps() == []
