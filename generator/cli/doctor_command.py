@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from generator.cli.help_text import add_command
+from generator.cli.run_commands import RuntimeOpt, runtime_overrides
 
 __all__ = ["register"]
 
@@ -21,6 +22,7 @@ def doctor(
         list[str] | None,
         typer.Option("--set", help="Override a spec value, as for `up`.", show_default=False),
     ] = None,
+    runtime: RuntimeOpt = None,
     host: Annotated[
         str | None,
         typer.Option(
@@ -69,7 +71,8 @@ def doctor(
     toolkit, `runtime: nvidia` or CDI), the GPUs the plan needs and the links between each
     same-host prefill/decode pair, RDMA devices and memlock where KV crosses hosts, /dev/shm,
     the host's address, every planned port (and who holds a busy one), disk for images and the
-    model, and the HF token's source (never its value).
+    model, and the HF token's source (never its value). With --runtime process: no Docker
+    checks; the tools that runtime needs (taskset, unshare and root for isolation: container).
 
     Exit 1 when a required check fails. Run it on every host of a multi-host stack.
     """
@@ -87,7 +90,7 @@ def doctor(
         ) from exc
     report = run_doctor(
         stack,
-        set_ or [],
+        [*(set_ or []), *runtime_overrides(runtime, None)],
         host=host,
         kv_path=kv_path or process or kv_layout is not KvLayout.RENDERED,
         process=process,

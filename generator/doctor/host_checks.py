@@ -14,6 +14,7 @@ from generator.doctor.ports import busy_ports, ephemeral_range, holder_of, publi
 from generator.doctor.report import CheckRow, Verdict
 from generator.plan import TokenPlan
 from generator.plan.agent_ports import agent_on
+from generator.spec import Runtime
 
 __all__ = ["address_checks", "disk_checks", "port_checks", "shm_checks", "token_checks"]
 
@@ -153,15 +154,19 @@ def disk_checks(view: HostView) -> list[CheckRow]:
                     "copy the model there, or fix model.host_path",
                 )
             ]
-    where = hf.cache_dir or (view.facts.root_dir if view.facts else "/var/lib/docker")
+    processes = view.plan.runtime is Runtime.PROCESS
+    docker_root = view.facts.root_dir if view.facts else "/var/lib/docker"
+    # The process runtime's Pythons (.cache/env/) take the images' place.
+    where = hf.cache_dir or (str(view.workspace.root) if processes else docker_root)
     probe = _existing_parent(Path(where))
     free_gib = shutil.disk_usage(probe).free / _GIB
     needed = _IMAGE_GIB[profile] + model_gib
     ok = free_gib >= needed
+    what = "environments" if processes else "images"
     return [
         CheckRow(
-            "disk for images and model cache",
-            f">= {needed:.0f} GiB free at {where} (images ~{_IMAGE_GIB[profile]}"
+            f"disk for {what} and model cache",
+            f">= {needed:.0f} GiB free at {where} ({what} ~{_IMAGE_GIB[profile]}"
             + (f", model ~{model_gib:.0f} estimated from its name" if model_gib else "")
             + ")",
             f"{free_gib:.0f} GiB free",

@@ -107,3 +107,14 @@ def test_debug_shows_the_traceback(debug: bool) -> None:
     result = run(*args, "validate", "nope")
     assert result.returncode == 1
     assert ("Traceback" in result.stderr) is debug
+
+
+def test_doctor_checks_what_the_process_runtime_needs_and_no_docker() -> None:
+    result = run("doctor", "cpu-1p1d", "--runtime", "process", "--json")
+    report = json.loads(result.stdout)
+    rows = {row["check"]: row for row in report["checks"]}
+    assert rows["Docker engine"]["verdict"] == "SKIP"
+    assert rows["Docker engine"]["found"] == "process runtime: not used"
+    tools = rows["process runtime (isolation: plain)"]
+    assert (tools["expected"], tools["verdict"]) == ("taskset", "PASS")  # the engines pin cores
+    assert "disk for environments and model cache" in rows
