@@ -40,6 +40,7 @@ from generator.runtimes.process import Pythons
 from generator.serializers.process import IMAGE_PATHS, map_path
 from generator.services.parts import NIXL_PTHR_DELAY_ENV
 from generator.spec import Profile
+from generator.streaming import stream_command
 from generator.topologies import topology_of
 from generator.versions import load_versions
 
@@ -192,17 +193,9 @@ def make_synthetic_model(
 
 
 def _run(command: list[str], on_line: Callable[[str], None], what: str) -> None:
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as process:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line.rstrip())
-            on_line(line.rstrip())
-        if process.wait() != 0:
-            tail = "\n".join(lines[-_LINE_LIMIT:])
-            raise XpydError(
-                f"{what} failed (exit code {process.returncode}):\n{tail}",
-                hint="fix the cause above; `python -m generator env <stack>` resumes",
-            )
+    code, tail = stream_command(command, on_line, keep_lines=_LINE_LIMIT)
+    if code != 0:
+        raise XpydError(
+            f"{what} failed (exit code {code}):\n{tail}",
+            hint="fix the cause above; `python -m generator env <stack>` resumes",
+        )

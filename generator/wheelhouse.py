@@ -9,7 +9,6 @@ not the host's, with the host's own pip settings (index, proxy CA, find-links).
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.images import ENGINE_LOCK, GPU_ENGINE_LOCK, ROUTER_LOCK
 from generator.spec import Profile
+from generator.streaming import stream_command
 from generator.versions import load_versions
 
 __all__ = ["download_command", "fill_wheelhouse", "locks_for", "wheelhouse_dir"]
@@ -95,19 +95,10 @@ def download_command(lock: Path, target: Path) -> list[str]:
 
 
 def _download(lock: Path, target: Path, on_line: Callable[[str], None]) -> None:
-    command = download_command(lock, target)
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as process:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line.rstrip())
-            on_line(line.rstrip())
-        if process.wait() != 0:
-            tail = "\n".join(lines[-10:])
-            raise XpydError(
-                f"pip could not download the wheels of {lock.name}:\n{tail}",
-                hint="check network/proxy settings (pip config list); a torch +cpu wheel may need "
-                "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu",
-            )
+    code, tail = stream_command(download_command(lock, target), on_line, keep_lines=10)
+    if code != 0:
+        raise XpydError(
+            f"pip could not download the wheels of {lock.name}:\n{tail}",
+            hint="check network/proxy settings (pip config list); a torch +cpu wheel may need "
+            "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu",
+        )
