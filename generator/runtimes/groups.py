@@ -25,36 +25,55 @@ __all__ = [
     "group_of",
     "listening",
     "spawn",
+    "spawn_service",
     "stop_group",
 ]
 
 _STOP_POLL_S = 0.2
 
 
-# Services outlive the call that started them (and `up` itself): their Popen objects are kept
-# here, so none is garbage-collected while its process runs, and a dead one is reaped by poll().
-_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+# posix_spawn has no working directory of its own: a shell changes into it, then becomes the
+# command (exec keeps the pid).
+_IN_FOLDER = 'cd "$1" || exit 125; shift; exec "$@"'
+
+
+def spawn_service(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
+    """Start a service that outlives this process (and `up` itself), in a session of its own
+    (down and Ctrl+C end the whole group), its output appended to ``log``; its pid. No Popen
+    object is kept for it (none would be waited for); ``alive`` reaps it once it ended."""
+    command = ["/bin/sh", "-c", _IN_FOLDER, "xpyd-cd", str(cwd), *argv]
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, descriptor, 1),
+            (os.POSIX_SPAWN_DUP2, descriptor, 2),
+        ]
+        return os.posix_spawn(command[0], command, env, file_actions=actions, setsid=True)
+    except OSError as exc:
+        raise StackError(f"cannot start {argv[0]}: {exc}") from exc
+    finally:
+        os.close(descriptor)
 
 
 def spawn(
-    argv: list[str], env: dict[str, str], cwd: Path, *, stdout: Any, stderr: Any = subprocess.STDOUT
+    argv: list[str], env: dict[str, str], cwd: Path, *, stdout: Any, stderr: Any
 ) -> subprocess.Popen[bytes]:
+    """A one-off run that the caller waits for (the benchmark), in a session of its own."""
     try:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-            start_new_session=True,  # its own process group: down and Ctrl+C end all of it
+            start_new_session=True,
         )  # fmt: skip
     except OSError as exc:
         raise StackError(f"cannot start {argv[0]}: {exc}") from exc
-    _STARTED[process.pid] = process
-    return process
 
 
 def _reap(pid: int) -> None:
-    """Collect the exit of a service this process started (else it stays a zombie)."""
-    started = _STARTED.get(pid)
-    if started is not None and started.poll() is not None:
-        del _STARTED[pid]
+    """Collect the exit of a service this process started, if it ended (else a zombie stays
+    until this process exits); a process started elsewhere is not ours to reap."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def create_time(pid: int) -> float | None:

@@ -37,6 +37,7 @@ from generator.runtimes.groups import (
     group_of,
     listening,
     spawn,
+    spawn_service,
     stop_group,
 )
 from generator.runtimes.isolation import ContainerView, PidNamespace, view_command
@@ -122,13 +123,8 @@ class ProcessStack:
             "xpyd-service",
             *self._argv(service, service.command),
         ]
-        with (self.logs_dir / f"{service.name}.log").open("ab") as log:
-            process = spawn(argv, env, self.root, stdout=log)
-        return {
-            "pid": process.pid,
-            "started": create_time(process.pid),
-            "exit_file": str(exit_file),
-        }
+        pid = spawn_service(argv, env, self.root, self.logs_dir / f"{service.name}.log")
+        return {"pid": pid, "started": create_time(pid), "exit_file": str(exit_file)}
 
     def _argv(self, service: ProcessService, command: Sequence[str]) -> list[str]:
         argv = [*self._executable(service, command[0]), *command[1:]]
