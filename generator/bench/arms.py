@@ -51,15 +51,21 @@ def run_arm(
     workspace: Workspace,
     folder: Path,
     reporter: Reporter,
+    remove_if_down: bool = False,
 ) -> tuple[ArmResult, RunContext]:
-    """The arm's result and the context of its stack (to remove it with)."""
+    """The arm's result and the context of its stack (to remove it with). With
+    ``remove_if_down`` a stack that never answered is removed before the failure is raised
+    (a baseline, or --down: what it started must not keep holding the GPUs or cores)."""
     run_options = RunOptions(wait_scale=options.wait_scale, rebuild=options.rebuild)
     context = make_context(plan, workspace, run_options, None, reporter, directory=folder / arm)
     try:
         up_stack(context)
     except TaskFailure:
-        if context.verdict is None:
-            raise  # it never answered: nothing to benchmark
+        if context.verdict is None:  # it never answered: nothing to benchmark
+            if remove_if_down:
+                reporter.event(EventLevel.FAILED, f"{plan.stack}: did not come up, removing it")
+                remove_stack(context)
+            raise
         reporter.event(
             EventLevel.WARN,
             f"{plan.stack}: the verdict FAILED; benchmarking anyway, results marked invalid",

@@ -82,6 +82,7 @@ def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> Be
             workspace=workspace,
             folder=job.folder,
             reporter=reporter,
+            remove_if_down=job.baseline or job.down,
         )
         report.arms.append(result)
         write_report(report)  # what is measured so far survives a later failure

@@ -13,16 +13,16 @@ is made) takes the place of wheels, builds and shipping.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from generator.plan import Plan
+from generator.plan import EnginePlan, Plan
 from generator.spec import Profile, Runtime
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.graph import Graph
 from generator.workflow.steps import prepare, services, verdict
 from generator.workflow.task import Task
 
-__all__ = ["build_graph", "default_selection"]
+__all__ = ["build_graph", "default_selection", "start_waves"]
 
 _MINUTE = 60.0
 _BUILD_LIMIT_S = {Profile.GPU: 120 * _MINUTE, Profile.CPU: 45 * _MINUTE}
@@ -126,25 +126,49 @@ def _engine_part(g: _Builder, host: str, engines_built: Task, router_built: Task
         return []
     ready = _ship(g, host, [engines_built, router_built]) or engines_built
     ready = _sidecar_part(g, host, ready)
-    names = [engine.name for engine in engines]
-    started = g.add(
-        g.on("start-engines", host),
-        services.start_services(host, names),
-        f"{host}: start {', '.join(names)}",
-        _START_LIMIT_S,
-        ready,
-    )
     limit = g.wait_limit_s(services.engine_deadline_s(g.plan))
-    return [
-        g.add(
-            f"wait-{engine.name}",
-            services.wait_engine(engine),
-            f"{engine.name}: /health, then /v1/models lists the model",
-            limit,
-            started,
+    waits: list[Task] = []
+    after: list[Task] = [ready]
+    for number, wave in enumerate(start_waves(engines)):
+        names = [engine.name for engine in wave]
+        started = g.add(
+            g.on("start-engines" if number == 0 else f"start-engines-{number + 1}", host),
+            services.start_services(host, names),
+            f"{host}: start {', '.join(names)}",
+            _START_LIMIT_S,
+            *after,
         )
-        for engine in engines
-    ]
+        wave_waits = [
+            g.add(
+                f"wait-{engine.name}",
+                services.wait_engine(engine),
+                f"{engine.name}: /health, then /v1/models lists the model",
+                limit,
+                started,
+            )
+            for engine in wave
+        ]
+        waits += wave_waits
+        after = wave_waits
+    return waits
+
+
+def start_waves(engines: Sequence[EnginePlan]) -> list[list[EnginePlan]]:
+    """Engines that share a GPU (gpu.share) start one after another, each once the one before
+    it is ready: vLLM sizes its KV cache from the GPU memory it sees used while it profiles,
+    so a neighbour loading at the same time is counted as its own (measured on one H200: the
+    second of two 0.4 engines got 0.92 GiB of KV cache and refused max_model_len). Engines on
+    GPUs of their own all start in the first wave."""
+    waves: list[list[EnginePlan]] = []
+    wave_of_gpu: dict[int, int] = {}
+    for engine in engines:
+        number = max((wave_of_gpu[gpu] + 1 for gpu in engine.gpus if gpu in wave_of_gpu), default=0)
+        for gpu in engine.gpus:
+            wave_of_gpu[gpu] = number
+        if number == len(waves):
+            waves.append([])
+        waves[number].append(engine)
+    return waves
 
 
 def _sidecar_part(g: _Builder, host: str, ready: Task) -> Task:

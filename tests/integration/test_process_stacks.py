@@ -147,6 +147,20 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: lis
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure
 
 
+def test_bench_down_removes_an_arm_that_never_came_up(copy: Path, pythons: list[str]) -> None:
+    """bench --down (and every baseline) removes what it started even when the arm failed
+    before a verdict: a kept stack would go on holding the GPUs (or cores) it shares."""
+    broken = ["--set", 'decode.extra_args=["--no-such-vllm-flag"]', "--down"]
+    result = cli(
+        "bench", "cpu-1p1d", *pythons, *broken, "--num-prompts", "1", "--run-id", f"{RUN}-b",
+        root=copy,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "decode-0 exited (code 2)" in result.stderr
+    assert "did not come up, removing it" in result.stdout + result.stderr
+    assert processes_of(copy, "xpyd-cpu-1p1d") == []  # prefill-0 and the LMCache servers too
+
+
 def test_ctrl_c_stops_every_process(copy: Path, pythons: list[str]) -> None:
     env = {**os.environ, "XPYD_ROOT": str(copy), "NO_COLOR": "1", "CI": "1"}
     code, output = interrupt_cli(

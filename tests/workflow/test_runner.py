@@ -12,11 +12,11 @@ import pytest
 
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.plan import EnginePlan, make_plan
 from generator.render import render_stack
 from generator.spec import load_spec
 from generator.workflow.context import RunContext, RunOptions
-from generator.workflow.dag import build_graph, default_selection
+from generator.workflow.dag import build_graph, default_selection, start_waves
 from generator.workflow.graph import Graph
 from generator.workflow.hosts import host_stacks
 from generator.workflow.records import RunRecord, latest_run
@@ -191,6 +191,33 @@ def test_stack_graph_shape(workspace: Workspace, tmp_path: Path) -> None:
         "build-router",
     ]
     assert graph.order[-3:] == ["smoke", "bench", "down"]
+
+
+def test_engines_sharing_a_gpu_start_one_after_another(workspace: Workspace) -> None:
+    """vLLM sizes its KV cache from the GPU memory used while it profiles: started together,
+    the second of two engines on one GPU counts the first's memory as its own."""
+    shared = build_graph(make_plan(load_spec(workspace.stack_file("xpyd-1gpu"))))
+    assert [u.name for u in shared.task("start-engines-2").upstream] == ["wait-prefill-0"]
+    assert [u.name for u in shared.task("wait-decode-0").upstream] == ["start-engines-2"]
+    assert {"wait-prefill-0", "wait-decode-0"} <= {
+        u.name for u in shared.task("start-router").upstream
+    }
+    own = build_graph(make_plan(load_spec(workspace.stack_file("xpyd"))))  # a GPU each
+    assert not any(name.startswith("start-engines-") for name in own.order)
+
+
+def test_start_waves_follow_each_gpu(workspace: Workspace) -> None:
+    template = make_plan(load_spec(workspace.stack_file("xpyd-1gpu"))).engines[0]
+
+    def engine(name: str, *gpus: int) -> EnginePlan:
+        return template.model_copy(update={"name": name, "gpus": gpus})
+
+    a, b, c, d = engine("a", 0, 1), engine("b", 1), engine("c", 2), engine("d", 0)
+    assert [[e.name for e in wave] for wave in start_waves([a, b, c, d])] == [
+        ["a", "c"],
+        ["b", "d"],
+    ]
+    assert start_waves([]) == []
 
 
 def test_selection_options_and_resume(workspace: Workspace, tmp_path: Path) -> None:
