@@ -94,7 +94,7 @@ class EnginePlan(Frozen):
     gpus: tuple[int, ...] = ()  # host GPU ids this engine computes on; never shared
     # Host GPU ids the container sees: its own plus those of every same-host engine it swaps KV
     # with. A container that sees only its own GPU cannot use CUDA IPC to a peer's GPU and UCX
-    # silently falls back to TCP (~900x slower, measured on H200s; NOTES.md).
+    # silently falls back to TCP (~900x slower, measured on H200s: docs/facts.md).
     visible_gpus: tuple[int, ...] = ()
     # CUDA_VISIBLE_DEVICES inside the container: positions of ``gpus`` among ``visible_gpus``
     # (a container numbers the GPUs it sees from 0, in PCI bus order, as the host does).

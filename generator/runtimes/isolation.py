@@ -1,7 +1,7 @@
 """Process mode: run a command in what one container of the stack would see, without Docker.
 
 The GPU test host has no Docker, yet the KV path depends on exactly what each engine's
-container sees (NOTES.md, "KV transfer between GPUs of one host"): a container in its own PID
+container sees (docs/facts.md, "KV transfer between GPUs of one host"): a container in its own PID
 namespace, or one that sees only its own /dev/nvidiaN, makes UCX fall back to TCP silently.
 ``view_command`` builds a util-linux ``unshare`` command line that reproduces that view:
 

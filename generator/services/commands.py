@@ -1,7 +1,7 @@
 """vLLM's command line for an engine, as a list (never a shell string).
 
 Compose gets it as a YAML list: the string form would strip the quotes inside the
-``--kv-transfer-config`` JSON (NOTES.md). The connector config comes from the topology unit.
+``--kv-transfer-config`` JSON (docs/facts.md). The connector config comes from the topology unit.
 """
 
 from __future__ import annotations

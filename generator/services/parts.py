@@ -1,6 +1,6 @@
 """The services of a stack, one function per kind (engine, LMCache server, router, bench).
 
-Why the non-obvious settings are there (measured, see NOTES.md):
+Why the non-obvious settings are there (measured: docs/facts.md):
 - GPU engines share the host PID namespace: with a private one UCX silently drops cuda_ipc
   and moves KV over TCP, ~850x slower, with correct results. The same happens when a
   container sees only its own GPU, so a same-host engine reserves its peers' GPUs too and

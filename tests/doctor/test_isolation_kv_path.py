@@ -1,6 +1,6 @@
 """Process mode and the KV probe together, on CPU: the PID-namespace fallback, reproduced.
 
-On GPUs a side in its own PID namespace loses cuda_ipc (NOTES.md). DRAM shows the same
+On GPUs a side in its own PID namespace loses cuda_ipc (docs/facts.md). DRAM shows the same
 mechanism with CMA, which reaches the peer by process id: two processes in the host's PID
 namespace move DRAM over cma; with the serving side in a private one, UCX silently takes TCP.
 Needs root (unshare) and a Python with torch+nixl (XPYD_NIXL_PYTHON); skipped otherwise.

@@ -5,7 +5,7 @@ the one running pytest); without one, both processes run inside one container of
 engine image (xpyd/engine-base, prefill or decode, as ``up`` builds them), through the docker
 CLI. The container-pair tests need that image. Each skips with the reason when its need is
 missing. Buffers are small (64 MiB, two timed transfers each way): this checks the mechanism,
-the numbers in NOTES.md come from full-size runs.
+the numbers in docs/facts.md come from full-size runs.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def test_containers_on_a_bridge_move_kv_over_tcp(image: str, network: str) -> No
 
 @pytest.mark.docker
 def test_containers_sharing_host_namespaces_use_cma(image: str) -> None:
-    """What NOTES.md found CMA needs between containers: host network, PID and IPC, SYS_PTRACE."""
+    """CMA between containers needs host network, PID and IPC, SYS_PTRACE (docs/facts.md)."""
     flags = ["--network", "host", "--pid", "host", "--ipc", "host", "--cap-add", "SYS_PTRACE"]
     pair = container_pair(image, flags, peer_host="127.0.0.1", port=free_port())
     assert_measured(pair)
