@@ -23,9 +23,14 @@ _JSON = "application/json"
 
 
 def error_response(
-    status: int, kind: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    kind: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    param: str | None = None,
 ) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return web.Response(
         body=fastjson.dumps(body), status=status, content_type=_JSON, headers=headers
     )
@@ -39,14 +44,22 @@ class ProxyError(Exception):
     """Ends a request with an OpenAI-style error body."""
 
     def __init__(
-        self, status: int, kind: str, message: str, *, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.status, self.kind, self.message = status, kind, message
+        self.status, self.kind, self.message, self.param = status, kind, message, param
         self.headers = headers or {}
 
     def response(self, headers: dict[str, str]) -> web.Response:
-        return error_response(self.status, self.kind, self.message, headers | self.headers)
+        return error_response(
+            self.status, self.kind, self.message, headers | self.headers, param=self.param
+        )
 
 
 # Whatever the configuration says, text that reaches a client loses anything that looks like an

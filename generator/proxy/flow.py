@@ -37,7 +37,7 @@ from generator.proxy.lmcache_pd import (
     FirstToken,
     StreamConverter,
     decoder_fields,
-    drain_fields,
+    drain_payload,
     first_token,
     merge_json,
     prefill_only,
@@ -66,9 +66,11 @@ class Exchange:
     chat: bool
     request_id: str  # the client's X-Request-Id if it is a plain token, else ours
     held: HeldBody
-    # lmcache-pd: the KV's id at the backends (LMCache's req_id), always ours, so that two
-    # clients sending the same X-Request-Id can never take each other's KV notices.
+    # The request's id at the engines (X-Request-Id, and LMCache's req_id), always ours, so that
+    # two clients sending the same X-Request-Id never share an engine request or KV notices.
     kv_id: str = ""
+    model: object = None  # the client's model field, for the drain request
+    drain: bytes = b""  # lmcache-pd: what makes the decoder read KV that nobody else will
     facts: RequestFacts = _NO_FACTS
     prefill: bytes = b""  # the prefill payload
     decode: bytes = b""  # the decoder payload without the fields the prefill decides
@@ -98,13 +100,16 @@ async def _slices(view: memoryview) -> AsyncIterator[memoryview]:
 async def handle_generate(
     ctx: Context, request: web.Request, endpoint: str, *, chat: bool
 ) -> web.StreamResponse:
-    request_id = public_request_id(request.headers.get("X-Request-Id"), uuid.uuid4().hex)
+    engine_id = uuid.uuid4().hex
+    # Without a plain id of the client's, the client sees the engines' id.
+    request_id = public_request_id(request.headers.get("X-Request-Id"), engine_id)
     exchange = Exchange(
         request,
         endpoint,
         chat,
         request_id,
         HeldBody(ctx.budget),
+        kv_id=engine_id,
         headers={"X-Request-Id": request_id},
     )
     kind = "chat" if chat else "completions"
@@ -125,7 +130,7 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     prefiller, decoder = _choose(ctx, exchange.request)
     await _prepare(ctx, exchange, decoder.config)
     exchange.forward = ctx.auth(exchange.request) | {
-        "X-Request-Id": exchange.request_id,
+        "X-Request-Id": exchange.kv_id,
         "Content-Type": _JSON,
     }
     prefilled, prefiller = await _prefill(ctx, exchange, prefiller)
@@ -143,14 +148,14 @@ async def _prepare(ctx: Context, exchange: Exchange, decoder: DecoderConfig) -> 
     """Body -> both payloads; the parsed request is gone when this returns."""
     limits, timeouts = ctx.config.limits, ctx.config.timeouts
     raw = await read_body(exchange.request, limits, timeouts, exchange.held)
-    body, exchange.facts = parse_body(raw, chat=exchange.chat)
+    lmcache = ctx.config.protocol == "lmcache-pd"
+    body, exchange.facts = parse_body(raw, chat=exchange.chat, pd_first_token=lmcache)
     del raw
-    if ctx.config.protocol == "lmcache-pd":
-        exchange.kv_id = uuid.uuid4().hex
+    exchange.model = body.get("model")
     exchange.prefill = prefill_payload(
         ctx.config.protocol, body, chat=exchange.chat, request_id=exchange.kv_id, decoder=decoder
     )
-    drops = DECODER_DROPS if ctx.config.protocol == "lmcache-pd" else frozenset()
+    drops = DECODER_DROPS if lmcache else frozenset()
     exchange.decode = decode_base(body, drop=drops)
 
 
@@ -251,14 +256,13 @@ async def _decode_after_first_token(
     except ValueError as exc:
         raise ProxyError(502, "prefill_failed", f"{prefiller.name}: {exc}") from exc
     facts = exchange.facts
-    drain = append_fields(exchange.decode, drain_fields(first))
+    exchange.drain = drain = drain_payload(first, exchange.model)
     try:
         await _await_kv(ctx, exchange, prefiller)
         if prefill_only(first, facts.max_tokens):
             return await _answer_prefill_only(ctx, exchange, first, drain, decoder)
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
-        fields = decoder_fields(first, facts.max_tokens, stream=facts.stream)
-        payload = append_fields(exchange.decode, fields)
+        payload = append_fields(exchange.decode, decoder_fields(first, facts))
         return await _decode(
             ctx, exchange, "/v1/completions", payload, decoder, converter=converter
         )
@@ -322,6 +326,10 @@ async def _decode(
             timeout=ctx.decode_timeout,
         ) as reply:
             exchange.decoder_reached = True
+            if reply.status != 200 and exchange.drain:
+                # Refused after the KV was pushed (max_tokens past the context, say): nothing
+                # would read that KV, so the decoder is asked for one token that does.
+                ctx.spawn(_drain(ctx, exchange.drain, decoder, exchange.forward))
             del payload
             exchange.drop_payloads()
             ctx.metrics.of(ctx.metrics.decode_ttft_seconds, decoder.name).observe(

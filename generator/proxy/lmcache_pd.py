@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from generator.proxy import fastjson
+from generator.proxy.validation import RequestFacts
 
 __all__ = [
     "DECODER_DROPS",
     "FirstToken",
     "StreamConverter",
     "decoder_fields",
-    "drain_fields",
+    "drain_payload",
     "first_token",
     "merge_json",
     "prefill_only",
@@ -52,7 +53,7 @@ _CHAT_ONLY = (
 )
 _MAX_EVENT_BYTES = 4 * 2**20  # a token's event is ~200 bytes: more is a broken decoder
 # Left out of the decoder's serialized base (protocols.decode_base): decoder_fields sets them.
-DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "stream"})
+DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "min_tokens", "stream"})
 
 
 @dataclass(frozen=True)
@@ -91,19 +92,29 @@ def prefill_only(first: FirstToken, max_tokens: int | None) -> bool:
     return first.finish_reason == "stop" or max_tokens == 1
 
 
-def decoder_fields(first: FirstToken, max_tokens: int | None, *, stream: bool) -> dict[str, Any]:
-    """What the decoder's request adds to its base: the prompt's ids plus the first token."""
+def decoder_fields(first: FirstToken, facts: RequestFacts) -> dict[str, Any]:
+    """What the decoder's request adds to its base: the prompt's ids plus the first token, and
+    the token counts less the one the prefiller made (so min_tokens == max_tokens still holds,
+    and prompt + max_tokens stays what vLLM checked against max_model_len)."""
     fields: dict[str, Any] = {"prompt": [*first.prompt_ids, first.token_id]}
+    max_tokens, stream = facts.max_tokens, facts.stream
     if max_tokens is not None:
         fields["max_tokens"] = max_tokens - 1
+    if facts.min_tokens > 1:
+        fields["min_tokens"] = facts.min_tokens - 1
     if stream:
         fields["stream"] = True
     return fields
 
 
-def drain_fields(first: FirstToken) -> dict[str, Any]:
-    """The decoder reads the KV it was sent and makes one token nobody reads."""
-    return {"prompt": [*first.prompt_ids, first.token_id], "max_tokens": 1, "stream": False}
+def drain_payload(first: FirstToken, model: object) -> bytes:
+    """A request that only makes the decoder read the KV it was sent (one token nobody reads):
+    nothing of the client's but the model, so that the decoder accepts it whatever the
+    client's own request was."""
+    fields: dict[str, Any] = {"prompt": [*first.prompt_ids, first.token_id], "max_tokens": 1}
+    if isinstance(model, str):
+        fields["model"] = model
+    return fastjson.dumps(fields | {"stream": False})
 
 
 def _usage(decoded: dict[str, Any] | None, first: FirstToken) -> dict[str, int]:
