@@ -36,6 +36,8 @@ class FakeBackend:
     notify_to: str | None = None  # lmcache-pd prefiller: PUSH a ProxyNotif here per request
     notify_ranks: int = 1
     misbehave: Misbehaviour | None = None
+    # Refuses (400, as vLLM does) a request whose token-id prompt plus max_tokens exceeds this.
+    max_model_len: int | None = None
     cancelled: int = 0  # requests whose connection the proxy closed before they ended
     in_flight: int = 0
     server: TestServer | None = None
@@ -108,6 +110,9 @@ class FakeBackend:
         self.seen.append(body)
         self.headers.append({key.lower(): value for key, value in request.headers.items()})
         params = body.get("kv_transfer_params") or {}
+        if self._too_long(body):
+            error = {"message": "max_tokens is too large", "type": "BadRequestError"}
+            return web.json_response({"error": error | {"code": 400}}, status=400)
         if self.notify_to and "disagg_spec" in params:
             await self._notify(params["disagg_spec"]["req_id"])
         if params.get("ret_first_tok"):  # an LMCache P/D prefiller: the first token and ids
@@ -133,6 +138,12 @@ class FakeBackend:
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
+
+    def _too_long(self, body: dict[str, Any]) -> bool:
+        prompt = body.get("prompt")
+        if self.max_model_len is None or not isinstance(prompt, list):
+            return False
+        return len(prompt) + int(body.get("max_tokens") or 0) > self.max_model_len
 
     @staticmethod
     def _first_token(chat: bool) -> dict[str, Any]:
