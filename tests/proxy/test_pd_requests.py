@@ -29,11 +29,11 @@ from tests.proxy.harness import (
 
 pytestmark = pytest.mark.anyio
 
-PROMPT = {"model": "m", "prompt": "x"}
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+PROMPT: dict[str, Any] = {"model": "m", "prompt": "x"}
+CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
 
 # Each of these is refused by vLLM 0.32's protocol models or sampling params.
-REFUSED = [
+REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_tokens": -5}, "max_tokens"),
     ({"max_tokens": 1e20}, "max_tokens"),
