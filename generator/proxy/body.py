@@ -35,6 +35,7 @@ class HeldBody:
 
     budget: BodyBudget
     size: int = 0
+    retry_after_s: int = 1  # what a client is told when the budget is full
 
     def hold(self, total: int) -> bool:
         if total <= self.size:

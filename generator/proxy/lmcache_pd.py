@@ -87,9 +87,12 @@ def first_token(prefill: dict[str, Any], *, chat: bool) -> FirstToken:
         ) from exc
 
 
-def prefill_only(first: FirstToken, max_tokens: int | None) -> bool:
-    """The answer is complete after one token: it was the end, or one token was asked for."""
-    return first.finish_reason == "stop" or max_tokens == 1
+def prefill_only(first: FirstToken, max_tokens: int | None, max_model_len: int | None) -> bool:
+    """The answer is complete after one token: it was the end, one token was asked for, or
+    the prompt and that token fill the context (vLLM alone would also stop there; the decoder
+    would refuse a request with no room for a token)."""
+    full = max_model_len is not None and len(first.prompt_ids) + 1 >= max_model_len
+    return first.finish_reason == "stop" or max_tokens == 1 or full
 
 
 def decoder_fields(first: FirstToken, facts: RequestFacts) -> dict[str, Any]:
@@ -107,11 +110,14 @@ def decoder_fields(first: FirstToken, facts: RequestFacts) -> dict[str, Any]:
     return fields
 
 
-def drain_payload(first: FirstToken, model: object) -> bytes:
+def drain_payload(first: FirstToken, model: object, max_model_len: int | None) -> bytes:
     """A request that only makes the decoder read the KV it was sent (one token nobody reads):
     nothing of the client's but the model, so that the decoder accepts it whatever the
-    client's own request was."""
-    fields: dict[str, Any] = {"prompt": [*first.prompt_ids, first.token_id], "max_tokens": 1}
+    client's own request was; cut to leave room for that token in the context."""
+    prompt = [*first.prompt_ids, first.token_id]
+    if max_model_len is not None:
+        prompt = prompt[: max(1, max_model_len - 1)]
+    fields: dict[str, Any] = {"prompt": prompt, "max_tokens": 1}
     if isinstance(model, str):
         fields["model"] = model
     return fastjson.dumps(fields | {"stream": False})

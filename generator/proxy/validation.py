@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from generator.proxy.errors import ProxyError
 
-__all__ = ["MAX_TOKEN_COUNT", "RequestFacts", "check_request"]
+__all__ = ["MAX_TOKEN_COUNT", "RequestFacts", "check_context", "check_request"]
 
 _INVALID = "invalid_request_error"
 # No model has a context of 2**31 tokens: past it a count is an attack, and orjson could not
@@ -59,6 +59,16 @@ def check_request(body: dict[str, Any], *, chat: bool, pd_first_token: bool) -> 
     if pd_first_token:
         _check_one_choice(body)
     return RequestFacts(stream=stream, max_tokens=max_tokens, min_tokens=min_tokens)
+
+
+def check_context(facts: RequestFacts, max_model_len: int | None) -> None:
+    """vLLM refuses max_tokens past max_model_len (before counting the prompt); the decoder's
+    limit, read from its /v1/models, is checked here so that no prefill runs for it."""
+    if max_model_len is not None and (facts.max_tokens or 0) > max_model_len:
+        raise refuse(
+            "max_tokens",
+            f"is {facts.max_tokens}: it cannot be greater than max_model_len={max_model_len}",
+        )
 
 
 def _check_one_choice(body: dict[str, Any]) -> None:

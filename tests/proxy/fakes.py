@@ -38,6 +38,7 @@ class FakeBackend:
     misbehave: Misbehaviour | None = None
     # Refuses (400, as vLLM does) a request whose token-id prompt plus max_tokens exceeds this.
     max_model_len: int | None = None
+    answer_padding_bytes: int = 0  # makes each non-streamed answer this much larger
     cancelled: int = 0  # requests whose connection the proxy closed before they ended
     in_flight: int = 0
     server: TestServer | None = None
@@ -64,7 +65,10 @@ class FakeBackend:
         return web.json_response({})
 
     async def models(self, _: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "m"}]})
+        card: dict[str, Any] = {"id": "m"}
+        if self.max_model_len is not None:  # as vLLM's model card says it
+            card["max_model_len"] = self.max_model_len
+        return web.json_response({"data": [card]})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
@@ -126,6 +130,8 @@ class FakeBackend:
             choices = [{"text": self.name, "finish_reason": "length"}]
             usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
             answer = {"id": f"cmpl-{self.name}", "choices": choices, "usage": usage}
+            if self.answer_padding_bytes:
+                answer["padding"] = "x" * self.answer_padding_bytes
             return web.json_response(answer | {"kv_transfer_params": returned})
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)

@@ -6,6 +6,7 @@ proxy may set (engine request ids, kv_transfer_params)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -95,16 +96,17 @@ async def test_stream_options_with_stream_reach_only_the_decoder(
 async def test_a_decoder_refusal_after_the_kv_push_drains_that_kv(
     backends: list[FakeBackend], stream: bool
 ) -> None:
-    """max_tokens past max_model_len - prompt tokens: only known after the prefill."""
+    """A refusal only the decoder knows of (this stand-in refuses prompt + max_tokens past
+    its context; vLLM 0.32 clamps that one, but refuses others after the prefill)."""
     p0, _, d0, _ = backends
     d0.max_model_len = 100
     proxy_server = await serve_lmcache_pd(p0, d0)
-    body = PROMPT | {"max_tokens": 1000, "stream": stream, "temperature": 0.5}
+    body = PROMPT | {"max_tokens": 99, "stream": stream, "temperature": 0.5}
     status, _, raw = await post(proxy_server, "/v1/completions", body)
     assert_openai_error(status, raw, 400)
     await eventually(lambda: len(d0.seen) == 2)
     refused, drain = d0.seen
-    assert refused["max_tokens"] == 999
+    assert refused["max_tokens"] == 98
     # Nothing of the client's but the model: the decoder accepts it whatever was refused.
     assert drain == {"model": "m", "prompt": [1, 2, 3, 7], "max_tokens": 1, "stream": False}
     status, _, _ = await post(proxy_server, "/v1/completions", PROMPT | {"max_tokens": 5})
@@ -130,6 +132,41 @@ async def test_engines_get_the_proxys_request_id_and_no_kv_params_from_vllm_xarg
     assert all(re.fullmatch("[0-9a-f]{32}", i) for i in ids)
     assert ids[0] != ids[1]  # the two requests' prefills
     assert (ids[0], ids[1]) == (ids[2], ids[3])  # each one's prefill and decode
+    await server.close()
+
+
+async def test_max_tokens_past_the_decoders_context_is_refused_before_the_prefill(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, _ = backends
+    d0.max_model_len = 2048  # read from its /v1/models, as vLLM's model card says it
+    server = await serve_lmcache_pd(p0, d0)
+    status, _, raw = await post(server, "/v1/completions", PROMPT | {"max_tokens": 10**6})
+    error = assert_openai_error(status, raw, 400)
+    assert "max_model_len=2048" in error["message"]
+    assert p0.seen == []
+    status, _, _ = await post(server, "/v1/completions", PROMPT | {"max_tokens": 2000})
+    assert status == 200
+    await server.close()
+
+
+async def test_a_prompt_that_fills_the_context_ends_after_the_first_token(
+    backends: list[FakeBackend],
+) -> None:
+    """vLLM alone makes one token when prompt + 1 fills max_model_len; the decoder would refuse
+    a request with no room left, so the prefiller's token is the answer and the drain is cut
+    to fit (the stand-in prefiller's prompt is 3 tokens)."""
+    p0, _, d0, _ = backends
+    d0.max_model_len = 4
+    server = await serve_lmcache_pd(p0, d0)
+    status, _, raw = await post(server, "/v1/completions", PROMPT | {"max_tokens": 3})
+    assert status == 200, raw
+    answer = json.loads(raw)
+    assert answer["choices"][0]["text"] == "F"
+    assert answer["usage"]["completion_tokens"] == 1
+    await eventually(lambda: len(d0.seen) == 1)
+    assert d0.seen[0]["prompt"] == [1, 2, 3]
+    assert d0.seen[0]["max_tokens"] == 1
     await server.close()
 
 
