@@ -276,7 +276,8 @@ async def _decode_after_first_token(
         if prefill_only(first, facts.max_tokens, context):
             return await _answer_prefill_only(ctx, exchange, first, drain, decoder)
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
-        payload = append_fields(exchange.decode, decoder_fields(first, facts))
+        fields = decoder_fields(first, facts, chat=exchange.chat, max_model_len=context)
+        payload = append_fields(exchange.decode, fields)
         return await _decode(
             ctx, exchange, "/v1/completions", payload, decoder, converter=converter
         )

@@ -26,6 +26,7 @@ from generator.proxy import fastjson
 from generator.proxy.validation import RequestFacts
 
 __all__ = [
+    "COMPLETIONS_DEFAULT_MAX_TOKENS",
     "DECODER_DROPS",
     "FirstToken",
     "StreamConverter",
@@ -52,6 +53,7 @@ _CHAT_ONLY = (
     "include_reasoning",
 )
 _MAX_EVENT_BYTES = 4 * 2**20  # a token's event is ~200 bytes: more is a broken decoder
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM 0.32's CompletionRequest.max_tokens default
 # Left out of the decoder's serialized base (protocols.decode_base): decoder_fields sets them.
 DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "min_tokens", "stream"})
 
@@ -95,14 +97,22 @@ def prefill_only(first: FirstToken, max_tokens: int | None, max_model_len: int |
     return first.finish_reason == "stop" or max_tokens == 1 or full
 
 
-def decoder_fields(first: FirstToken, facts: RequestFacts) -> dict[str, Any]:
+def decoder_fields(
+    first: FirstToken, facts: RequestFacts, *, chat: bool, max_model_len: int | None
+) -> dict[str, Any]:
     """What the decoder's request adds to its base: the prompt's ids plus the first token, and
     the token counts less the one the prefiller made (so min_tokens == max_tokens still holds,
-    and prompt + max_tokens stays what vLLM checked against max_model_len)."""
+    and prompt + max_tokens stays what vLLM checked against max_model_len). Without a
+    max_tokens the client gets vLLM's default of its endpoint, not that of /v1/completions
+    (which the decoder is asked on): 16 for completions, the rest of the context for chat."""
     fields: dict[str, Any] = {"prompt": [*first.prompt_ids, first.token_id]}
     max_tokens, stream = facts.max_tokens, facts.stream
+    if max_tokens is None and not chat:
+        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
     if max_tokens is not None:
         fields["max_tokens"] = max_tokens - 1
+    elif max_model_len is not None:
+        fields["max_tokens"] = max(1, max_model_len - len(fields["prompt"]))
     if facts.min_tokens > 1:
         fields["min_tokens"] = facts.min_tokens - 1
     if stream:

@@ -170,6 +170,22 @@ async def test_a_prompt_that_fills_the_context_ends_after_the_first_token(
     await server.close()
 
 
+async def test_without_max_tokens_the_decoder_gets_vllms_default_of_the_clients_endpoint(
+    backends: list[FakeBackend],
+) -> None:
+    """The decoder is asked on /v1/completions (default 16): a chat request without a limit
+    would be cut to 17 tokens; vLLM's chat default is the rest of the context."""
+    p0, _, d0, _ = backends
+    d0.max_model_len = 100
+    server = await serve_lmcache_pd(p0, d0)
+    assert (await post(server, "/v1/completions", PROMPT))[0] == 200
+    assert (await post(server, "/v1/chat/completions", CHAT))[0] == 200
+    completion, chat = d0.seen
+    assert completion["max_tokens"] == 15  # 16 with the prefiller's token
+    assert chat["max_tokens"] == 100 - 4  # the context less prompt (3) and first token
+    await server.close()
+
+
 @pytest.mark.parametrize("depth", [255, 600, 1024])
 async def test_json_nested_deeper_than_orjson_writes_is_a_400(
     backends: list[FakeBackend], depth: int
