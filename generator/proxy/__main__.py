@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from aiohttp import web
 
@@ -43,8 +44,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {exc}")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags end like every other startup failure: one line, exit 1 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.exit(f"error: {message} (see --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="python -m generator.proxy",
         description="P/D proxy: prefill on one vLLM instance, decode on another.",
     )

@@ -133,8 +133,12 @@ class Proxy:
 
     async def ready(self, _: web.Request) -> web.Response:
         prefill, decode = len(self.prefill.available()), len(self.decode.available())
-        ok = prefill > 0 and decode > 0
+        # lmcache-pd: without its notice listener every request would wait 30 s and fail.
+        listening = self.notices is None or self.notices.running
+        ok = prefill > 0 and decode > 0 and listening
         body = {"ready": ok, "prefill_available": prefill, "decode_available": decode}
+        if self.notices is not None:
+            body["kv_notices_listening"] = listening
         return web.json_response(body, status=200 if ok else 503)
 
     async def prometheus(self, _: web.Request) -> web.Response:
@@ -145,6 +149,9 @@ class Proxy:
                 self.metrics.healthy.labels(*labels).set(
                     1 if backend.available(time.monotonic()) else 0
                 )
+        if self.notices is not None:
+            self.metrics.notices.labels("accepted").set(self.notices.received)
+            self.metrics.notices.labels("rejected").set(self.notices.rejected)
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

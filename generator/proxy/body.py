@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import StreamReader, web
 
@@ -19,6 +19,7 @@ from generator.proxy import fastjson
 from generator.proxy.admission import BodyBudget
 from generator.proxy.config import LimitsConfig, TimeoutsConfig
 from generator.proxy.errors import ProxyError
+from generator.proxy.validation import RequestFacts, check_request
 
 __all__ = ["HeldBody", "RequestFacts", "parse_body", "public_request_id", "read_body"]
 
@@ -34,6 +35,7 @@ class HeldBody:
 
     budget: BodyBudget
     size: int = 0
+    retry_after_s: int = 1  # what a client is told when the budget is full
 
     def hold(self, total: int) -> bool:
         if total <= self.size:
@@ -111,56 +113,16 @@ def _checked(data: BodyBytes, limits: LimitsConfig, held: HeldBody) -> BodyBytes
     return data
 
 
-class RequestFacts(NamedTuple):
-    """What the proxy itself reads from a request body (everything else passes through)."""
-
-    stream: bool
-    max_tokens: int | None  # chat: max_completion_tokens if given, else max_tokens
-
-
-def parse_body(raw: bytes | bytearray, *, chat: bool) -> tuple[dict[str, Any], RequestFacts]:
+def parse_body(
+    raw: bytes | bytearray, *, chat: bool, pd_first_token: bool
+) -> tuple[dict[str, Any], RequestFacts]:
     try:
         body = fastjson.loads(raw)
     except ValueError as exc:  # orjson's JSONDecodeError is a ValueError too
         raise ProxyError(400, _INVALID, f"body is not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise ProxyError(400, _INVALID, "body must be a JSON object")
-    budget = _token_count(body, "max_completion_tokens") if chat else None
-    return body, RequestFacts(
-        stream=_flag(body, "stream"),
-        max_tokens=budget if budget is not None else _token_count(body, "max_tokens"),
-    )
-
-
-# vLLM validates requests with pydantic in lax mode: the proxy reads these fields the same way,
-# so that it streams exactly when vLLM does, and refuses what vLLM would refuse.
-_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
-_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
-_INTEGER = re.compile(r"[+-]?\d{1,18}")
-
-
-def _flag(body: dict[str, Any], key: str) -> bool:
-    value = body.get(key)
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ProxyError(400, _INVALID, f"'{key}' must be true or false")
-
-
-def _token_count(body: dict[str, Any], key: str) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-        return int(value)
-    raise ProxyError(400, _INVALID, f"'{key}' must be an integer")
+    return body, check_request(body, chat=chat, pd_first_token=pd_first_token)
 
 
 def public_request_id(header: str | None, generated: str) -> str:

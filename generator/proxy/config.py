@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "BackendConfig",
     "ConfigError",
     "DecoderConfig",
@@ -133,13 +134,27 @@ class ConfigError(Exception):
     """The proxy's configuration is missing or invalid: one line that says where and why."""
 
 
+# A rendered router.yaml is a few KiB; reading at most this much stops /dev/zero or a wrong
+# file from filling memory.
+MAX_CONFIG_BYTES = 2**20
+
+
 def load_config(path: Path) -> ProxyConfig:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes: not a proxy config")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not YAML: {_one_line(str(exc))}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path} nests too deeply to be a proxy config") from exc
     return validate_config(data, str(path))
 
 

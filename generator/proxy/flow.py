@@ -37,7 +37,7 @@ from generator.proxy.lmcache_pd import (
     FirstToken,
     StreamConverter,
     decoder_fields,
-    drain_fields,
+    drain_payload,
     first_token,
     merge_json,
     prefill_only,
@@ -47,6 +47,7 @@ from generator.proxy.protocols import append_fields, decode_base, prefill_payloa
 from generator.proxy.replies import read_answer, read_json
 from generator.proxy.routing import Backend, NoBackend
 from generator.proxy.sse import SSE_TYPE, relay_stream, send_events
+from generator.proxy.validation import check_context
 
 __all__ = ["Exchange", "handle_generate"]
 
@@ -66,9 +67,12 @@ class Exchange:
     chat: bool
     request_id: str  # the client's X-Request-Id if it is a plain token, else ours
     held: HeldBody
-    # lmcache-pd: the KV's id at the backends (LMCache's req_id), always ours, so that two
-    # clients sending the same X-Request-Id can never take each other's KV notices.
+    answers: HeldBody  # the backends' answers read whole: the same budget as bodies
+    # The request's id at the engines (X-Request-Id, and LMCache's req_id), always ours, so that
+    # two clients sending the same X-Request-Id never share an engine request or KV notices.
     kv_id: str = ""
+    model: object = None  # the client's model field, for the drain request
+    drain: bytes = b""  # lmcache-pd: what makes the decoder read KV that nobody else will
     facts: RequestFacts = _NO_FACTS
     prefill: bytes = b""  # the prefill payload
     decode: bytes = b""  # the decoder payload without the fields the prefill decides
@@ -98,13 +102,17 @@ async def _slices(view: memoryview) -> AsyncIterator[memoryview]:
 async def handle_generate(
     ctx: Context, request: web.Request, endpoint: str, *, chat: bool
 ) -> web.StreamResponse:
-    request_id = public_request_id(request.headers.get("X-Request-Id"), uuid.uuid4().hex)
+    engine_id = uuid.uuid4().hex
+    # Without a plain id of the client's, the client sees the engines' id.
+    request_id = public_request_id(request.headers.get("X-Request-Id"), engine_id)
     exchange = Exchange(
         request,
         endpoint,
         chat,
         request_id,
-        HeldBody(ctx.budget),
+        HeldBody(ctx.budget, retry_after_s=ctx.config.limits.retry_after_s),
+        HeldBody(ctx.budget, retry_after_s=ctx.config.limits.retry_after_s),
+        kv_id=engine_id,
         headers={"X-Request-Id": request_id},
     )
     kind = "chat" if chat else "completions"
@@ -115,6 +123,7 @@ async def handle_generate(
         return error.response(exchange.headers)
     finally:
         exchange.held.release()
+        exchange.answers.release()
         if ctx.notices is not None and exchange.kv_id:
             ctx.notices.forget(exchange.kv_id)
     ctx.metrics.of(ctx.metrics.requests, kind, str(response.status)).inc()
@@ -123,13 +132,14 @@ async def handle_generate(
 
 async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     prefiller, decoder = _choose(ctx, exchange.request)
-    await _prepare(ctx, exchange, decoder.config)
+    await _prepare(ctx, exchange, decoder)
     exchange.forward = ctx.auth(exchange.request) | {
-        "X-Request-Id": exchange.request_id,
+        "X-Request-Id": exchange.kv_id,
         "Content-Type": _JSON,
     }
     prefilled, prefiller = await _prefill(ctx, exchange, prefiller)
     exchange.prefill = b""
+    exchange.answers.release()  # parsed already: its bytes are gone
     exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
     if ctx.config.protocol == "nixl":
         params = prefilled.get("kv_transfer_params")
@@ -139,18 +149,23 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
 
 
-async def _prepare(ctx: Context, exchange: Exchange, decoder: DecoderConfig) -> None:
+async def _prepare(ctx: Context, exchange: Exchange, decoder: Backend[DecoderConfig]) -> None:
     """Body -> both payloads; the parsed request is gone when this returns."""
     limits, timeouts = ctx.config.limits, ctx.config.timeouts
     raw = await read_body(exchange.request, limits, timeouts, exchange.held)
-    body, exchange.facts = parse_body(raw, chat=exchange.chat)
+    lmcache = ctx.config.protocol == "lmcache-pd"
+    body, exchange.facts = parse_body(raw, chat=exchange.chat, pd_first_token=lmcache)
     del raw
-    if ctx.config.protocol == "lmcache-pd":
-        exchange.kv_id = uuid.uuid4().hex
+    check_context(exchange.facts, decoder.max_model_len)
+    exchange.model = body.get("model")
     exchange.prefill = prefill_payload(
-        ctx.config.protocol, body, chat=exchange.chat, request_id=exchange.kv_id, decoder=decoder
+        ctx.config.protocol,
+        body,
+        chat=exchange.chat,
+        request_id=exchange.kv_id,
+        decoder=decoder.config,
     )
-    drops = DECODER_DROPS if ctx.config.protocol == "lmcache-pd" else frozenset()
+    drops = DECODER_DROPS if lmcache else frozenset()
     exchange.decode = decode_base(body, drop=drops)
 
 
@@ -205,7 +220,11 @@ async def _prefill_once(
             timeout=ctx.prefill_timeout,
         ) as reply:
             _, answer = await read_json(
-                reply, role="prefill", backend=prefiller.name, redact=ctx.redact
+                reply,
+                role="prefill",
+                backend=prefiller.name,
+                redact=ctx.redact,
+                held=exchange.answers,
             )
     except ProxyError:
         ctx.metrics.of(ctx.metrics.errors, "prefill_status", prefiller.name).inc()
@@ -250,14 +269,14 @@ async def _decode_after_first_token(
         first = first_token(prefilled, chat=exchange.chat)
     except ValueError as exc:
         raise ProxyError(502, "prefill_failed", f"{prefiller.name}: {exc}") from exc
-    facts = exchange.facts
-    drain = append_fields(exchange.decode, drain_fields(first))
+    facts, context = exchange.facts, decoder.max_model_len
+    exchange.drain = drain = drain_payload(first, exchange.model, context)
     try:
         await _await_kv(ctx, exchange, prefiller)
-        if prefill_only(first, facts.max_tokens):
+        if prefill_only(first, facts.max_tokens, context):
             return await _answer_prefill_only(ctx, exchange, first, drain, decoder)
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
-        fields = decoder_fields(first, facts.max_tokens, stream=facts.stream)
+        fields = decoder_fields(first, facts, chat=exchange.chat, max_model_len=context)
         payload = append_fields(exchange.decode, fields)
         return await _decode(
             ctx, exchange, "/v1/completions", payload, decoder, converter=converter
@@ -298,7 +317,10 @@ async def _drain(
             timeout=ctx.decode_timeout,
         ) as reply:
             await read_answer(reply)
+            drained = reply.status == 200
     except (aiohttp.ClientError, TimeoutError, ValueError):
+        drained = False
+    if not drained:  # that KV stays in the decoder's receive buffer: worth an alert
         ctx.metrics.of(ctx.metrics.errors, "decode_drain", decoder.name).inc()
 
 
@@ -322,6 +344,10 @@ async def _decode(
             timeout=ctx.decode_timeout,
         ) as reply:
             exchange.decoder_reached = True
+            if reply.status != 200 and exchange.drain:
+                # Refused after the KV was pushed (max_tokens past the context, say): nothing
+                # would read that KV, so the decoder is asked for one token that does.
+                ctx.spawn(_drain(ctx, exchange.drain, decoder, exchange.forward))
             del payload
             exchange.drop_payloads()
             ctx.metrics.of(ctx.metrics.decode_ttft_seconds, decoder.name).observe(
@@ -364,7 +390,9 @@ async def _relay(
         raise ProxyError(
             502, "decode_failed", f"{name} answered a stream with {reply.content_type}"
         )
-    raw, answer = await read_json(reply, role=role, backend=name, redact=ctx.redact)
+    raw, answer = await read_json(
+        reply, role=role, backend=name, redact=ctx.redact, held=exchange.answers
+    )
     if converter is None:
         if not isinstance(answer, dict):
             raise ProxyError(502, "decode_failed", f"{name} answered a non-object")

@@ -8,6 +8,8 @@ from typing import Any
 
 import aiohttp
 
+from generator.proxy import fastjson
+from generator.proxy.replies import read_answer
 from generator.proxy.routing import Backend, Pool
 
 __all__ = ["check_pools"]
@@ -31,4 +33,23 @@ async def _check(client: aiohttp.ClientSession, pool: Pool[Any], backend: Backen
         ok = False
     if ok != backend.healthy:
         log.warning("%s is %s", backend.name, "back in rotation" if ok else "out of rotation")
+    if ok and backend.max_model_len is None:
+        backend.max_model_len = await _max_model_len(client, backend)
     pool.health(backend, ok)
+
+
+async def _max_model_len(client: aiohttp.ClientSession, backend: Backend[Any]) -> int | None:
+    """vLLM's model card says it ({"data": [{"max_model_len": 2048}]}); None if it does not."""
+    try:
+        async with client.get(f"{backend.config.url}/v1/models", timeout=_TIMEOUT) as reply:
+            if reply.status != 200:
+                return None
+            models = fastjson.loads(await read_answer(reply))
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    cards = models.get("data") if isinstance(models, dict) else None
+    card = cards[0] if isinstance(cards, list) and cards else None
+    length = card.get("max_model_len") if isinstance(card, dict) else None
+    if isinstance(length, int) and not isinstance(length, bool) and 0 < length < 2**31:
+        return length
+    return None

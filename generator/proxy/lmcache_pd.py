@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from generator.proxy import fastjson
+from generator.proxy.validation import RequestFacts
 
 __all__ = [
+    "COMPLETIONS_DEFAULT_MAX_TOKENS",
     "DECODER_DROPS",
     "FirstToken",
     "StreamConverter",
     "decoder_fields",
-    "drain_fields",
+    "drain_payload",
     "first_token",
     "merge_json",
     "prefill_only",
@@ -51,8 +53,9 @@ _CHAT_ONLY = (
     "include_reasoning",
 )
 _MAX_EVENT_BYTES = 4 * 2**20  # a token's event is ~200 bytes: more is a broken decoder
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM 0.32's CompletionRequest.max_tokens default
 # Left out of the decoder's serialized base (protocols.decode_base): decoder_fields sets them.
-DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "stream"})
+DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "min_tokens", "stream"})
 
 
 @dataclass(frozen=True)
@@ -86,24 +89,48 @@ def first_token(prefill: dict[str, Any], *, chat: bool) -> FirstToken:
         ) from exc
 
 
-def prefill_only(first: FirstToken, max_tokens: int | None) -> bool:
-    """The answer is complete after one token: it was the end, or one token was asked for."""
-    return first.finish_reason == "stop" or max_tokens == 1
+def prefill_only(first: FirstToken, max_tokens: int | None, max_model_len: int | None) -> bool:
+    """The answer is complete after one token: it was the end, one token was asked for, or
+    the prompt and that token fill the context (vLLM alone would also stop there; the decoder
+    would refuse a request with no room for a token)."""
+    full = max_model_len is not None and len(first.prompt_ids) + 1 >= max_model_len
+    return first.finish_reason == "stop" or max_tokens == 1 or full
 
 
-def decoder_fields(first: FirstToken, max_tokens: int | None, *, stream: bool) -> dict[str, Any]:
-    """What the decoder's request adds to its base: the prompt's ids plus the first token."""
+def decoder_fields(
+    first: FirstToken, facts: RequestFacts, *, chat: bool, max_model_len: int | None
+) -> dict[str, Any]:
+    """What the decoder's request adds to its base: the prompt's ids plus the first token, and
+    the token counts less the one the prefiller made (so min_tokens == max_tokens still holds,
+    and prompt + max_tokens stays what vLLM checked against max_model_len). Without a
+    max_tokens the client gets vLLM's default of its endpoint, not that of /v1/completions
+    (which the decoder is asked on): 16 for completions, the rest of the context for chat."""
     fields: dict[str, Any] = {"prompt": [*first.prompt_ids, first.token_id]}
+    max_tokens, stream = facts.max_tokens, facts.stream
+    if max_tokens is None and not chat:
+        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
     if max_tokens is not None:
         fields["max_tokens"] = max_tokens - 1
+    elif max_model_len is not None:
+        fields["max_tokens"] = max(1, max_model_len - len(fields["prompt"]))
+    if facts.min_tokens > 1:
+        fields["min_tokens"] = facts.min_tokens - 1
     if stream:
         fields["stream"] = True
     return fields
 
 
-def drain_fields(first: FirstToken) -> dict[str, Any]:
-    """The decoder reads the KV it was sent and makes one token nobody reads."""
-    return {"prompt": [*first.prompt_ids, first.token_id], "max_tokens": 1, "stream": False}
+def drain_payload(first: FirstToken, model: object, max_model_len: int | None) -> bytes:
+    """A request that only makes the decoder read the KV it was sent (one token nobody reads):
+    nothing of the client's but the model, so that the decoder accepts it whatever the
+    client's own request was; cut to leave room for that token in the context."""
+    prompt = [*first.prompt_ids, first.token_id]
+    if max_model_len is not None:
+        prompt = prompt[: max(1, max_model_len - 1)]
+    fields: dict[str, Any] = {"prompt": prompt, "max_tokens": 1}
+    if isinstance(model, str):
+        fields["model"] = model
+    return fastjson.dumps(fields | {"stream": False})
 
 
 def _usage(decoded: dict[str, Any] | None, first: FirstToken) -> dict[str, int]:

@@ -58,6 +58,12 @@ class ProxyMetrics:
             ["role", "backend"],
             registry=r,
         )
+        self.notices = Gauge(
+            "xpyd_proxy_kv_notices",
+            "Messages on the KV-notice port: accepted notices and rejected input",
+            ["outcome"],
+            registry=r,
+        )
         self.healthy = Gauge(
             "xpyd_proxy_backend_healthy",
             "1 if the backend is in rotation",

@@ -13,8 +13,12 @@ nixl (vLLM NixlConnector):
                {"do_remote_decode": true, "do_remote_prefill": false, remote_* null}
   decoder   <- the original request plus the kv_transfer_params the prefiller returned.
 
-A client's own kv_transfer_params never reach a backend: they would point an engine at any
-host to pull KV from. Payloads are serialized as soon as the request is parsed, so the parsed
+A client's own kv_transfer_params never reach a backend, at the top level or in vllm_xargs
+(vLLM builds engine parameters from both): they would point an engine at any host to pull KV
+from. Nor does a client's request_id (field or X-Request-Id header): the engines get the
+proxy's own id per request, so two clients can never share an engine request id.
+
+Payloads are serialized as soon as the request is parsed, so the parsed
 request (1-6x its JSON size in Python objects) is dropped before the prefill is awaited; the
 decoder's fields that depend on the prefill answer are appended to its serialized base.
 """
@@ -25,8 +29,9 @@ from typing import Any
 
 from generator.proxy import fastjson
 from generator.proxy.config import DecoderConfig
+from generator.proxy.errors import ProxyError
 
-__all__ = ["append_fields", "decode_base", "prefill_payload"]
+__all__ = ["append_fields", "client_fields", "decode_base", "prefill_payload", "serialize"]
 
 _NIXL_PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -36,13 +41,33 @@ _NIXL_PREFILL_PARAMS = {
     "remote_host": None,
     "remote_port": None,
 }
-_PREFILL_DROPS = frozenset({"stream_options", "min_tokens", "kv_transfer_params"})
+_PREFILL_DROPS = frozenset({"stream_options", "min_tokens"})
+_ENGINE_ONLY = frozenset({"kv_transfer_params", "request_id"})  # set by the proxy alone
+_XARGS = "vllm_xargs"
+
+
+def client_fields(body: dict[str, Any], drop: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The client's fields an engine may get: none of those only the proxy sets."""
+    fields = {k: v for k, v in body.items() if k not in _ENGINE_ONLY and k not in drop}
+    xargs = fields.get(_XARGS)
+    if isinstance(xargs, dict):
+        fields[_XARGS] = {k: v for k, v in xargs.items() if k not in _ENGINE_ONLY}
+    return fields
+
+
+def serialize(payload: dict[str, Any]) -> bytes:
+    """JSON for a backend; ProxyError 400 for what orjson parses but cannot write (it reads
+    JSON nested 1024 deep, writes 254)."""
+    try:
+        return fastjson.dumps(payload)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ProxyError(400, "invalid_request_error", "body nests too deeply") from exc
 
 
 def prefill_payload(
     protocol: str, body: dict[str, Any], *, chat: bool, request_id: str, decoder: DecoderConfig
 ) -> bytes:
-    prefill = {k: v for k, v in body.items() if k not in _PREFILL_DROPS}
+    prefill = client_fields(body, _PREFILL_DROPS)
     prefill["stream"] = False
     prefill["max_tokens"] = 1
     if chat and "max_completion_tokens" in prefill:
@@ -60,14 +85,12 @@ def prefill_payload(
                 "receiver_alloc_port": list(decoder.alloc_ports),
             },
         }
-    return fastjson.dumps(prefill)
+    return serialize(prefill)
 
 
 def decode_base(body: dict[str, Any], *, drop: frozenset[str] = frozenset()) -> bytes:
     """The decoder's request without the fields added after the prefill (append_fields)."""
-    return fastjson.dumps(
-        {k: v for k, v in body.items() if k != "kv_transfer_params" and k not in drop}
-    )
+    return serialize(client_fields(body, drop))
 
 
 def append_fields(base: bytes, fields: dict[str, Any]) -> bytes:

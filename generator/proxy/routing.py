@@ -35,6 +35,9 @@ class Backend(Generic[C]):
     healthy: bool = True
     ejected_until: float = 0.0  # monotonic time; 0 = not ejected
     failures: int = 0
+    # vLLM's max_model_len from its /v1/models (None until read): the proxy checks token
+    # counts against it before a prefill pushes KV that the decoder would then refuse.
+    max_model_len: int | None = None
 
     @property
     def name(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 from pydantic import ValidationError
 
@@ -23,25 +24,47 @@ from generator.proxy.config import (
     describe,
 )
 
-__all__ = ["add_seed_flags", "config_from_seed_flags"]
+__all__ = ["MAX_INSTANCES", "add_seed_flags", "config_from_seed_flags", "count", "port"]
+
+# More engines than any one proxy routes (the seed's flags would otherwise build a billion
+# backends from ``--num-prefillers 1000000000`` and run out of memory).
+MAX_INSTANCES = 1024
+_ASCII_NUMBER = re.compile(r"[0-9]{1,10}")  # str.isdigit and int() also take other scripts' digits
+
+
+def _number(text: str, what: str, low: int, high: int) -> int:
+    value = text.strip()
+    if not _ASCII_NUMBER.fullmatch(value) or not low <= int(value) <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {what} ({low}-{high})")
+    return int(value)
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port in ASCII digits."""
+    return _number(text, "port", 1, 65535)
+
+
+def count(text: str) -> int:
+    """An argparse type: an instance count, 1 to MAX_INSTANCES."""
+    return _number(text, "count", 1, MAX_INSTANCES)
 
 
 def add_seed_flags(parser: argparse.ArgumentParser) -> None:
     seed = parser.add_argument_group("seed-compatible flags (instead of --config)")
     seed.add_argument("--host", default="0.0.0.0", help="HTTP listen address")
-    seed.add_argument("--port", type=int, default=9100, help="HTTP listen port")
+    seed.add_argument("--port", type=port, default=9100, help="HTTP listen port")
     seed.add_argument("--prefiller-host", help="CSV of prefiller hosts (one, or one per prefiller)")
     seed.add_argument("--prefiller-port", help="CSV of prefiller ports (one, or one per prefiller)")
-    seed.add_argument("--num-prefillers", type=int, help="prefiller count (default: longest CSV)")
+    seed.add_argument("--num-prefillers", type=count, help="prefiller count (default: longest CSV)")
     seed.add_argument("--decoder-host", help="CSV of decoder hosts")
     seed.add_argument("--decoder-port", help="CSV of decoder ports")
-    seed.add_argument("--num-decoders", type=int, help="decoder count (default: longest CSV)")
+    seed.add_argument("--num-decoders", type=count, help="decoder count (default: longest CSV)")
     seed.add_argument("--decoder-init-port", help="per-TP-rank CSV; ';' between decoders")
     seed.add_argument("--decoder-alloc-port", help="per-TP-rank CSV; ';' between decoders")
     seed.add_argument(
         "--proxy-host", default="0.0.0.0", help="ZMQ bind address for KV-sent notices"
     )
-    seed.add_argument("--proxy-port", type=int, default=7500, help="ZMQ port for KV-sent notices")
+    seed.add_argument("--proxy-port", type=port, default=7500, help="ZMQ port for KV-sent notices")
     seed.add_argument("--protocol", choices=["lmcache-pd", "nixl"], default="lmcache-pd")
 
 
@@ -49,6 +72,8 @@ def _csv(text: str | None, what: str) -> list[str]:
     values = [part.strip() for part in (text or "").split(",") if part.strip()]
     if not values:
         raise SystemExit(f"error: --{what} is required without --config")
+    if len(values) > MAX_INSTANCES:
+        raise SystemExit(f"error: --{what} has {len(values)} entries (at most {MAX_INSTANCES})")
     return values
 
 
@@ -63,9 +88,10 @@ def _expand(values: list[str], count: int, what: str) -> list[str]:
 
 
 def _port(text: str, what: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise SystemExit(f"error: --{what}: {text!r} is not a port (1-65535)")
-    return int(text)
+    try:
+        return port(text)
+    except argparse.ArgumentTypeError:
+        raise SystemExit(f"error: --{what}: {text!r} is not a port (1-65535)") from None
 
 
 def _rank_ports(text: str | None, count: int, what: str) -> list[list[int]]:

@@ -95,11 +95,19 @@ def _config(plan: Plan) -> ProxyConfig:
         session_header=router.session_header,
         prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],
         decode=[_decoder(engine) for engine in plan.decode],
-        # Prefillers on other hosts push notices here: bind every interface, not localhost.
-        notify=NotifyConfig(bind_host="0.0.0.0", port=router.notify_port)
+        notify=NotifyConfig(bind_host=_notice_bind_host(router), port=router.notify_port)
         if router.notify_port
         else None,
     )
+
+
+def _notice_bind_host(router: ProxyRouterPlan) -> str:
+    """Where the KV-notice port listens: only where the prefillers reach it. With host
+    networking that is the router's address (the one the prefillers are told), not every
+    interface of a GPU host; in a bridge network the port is unpublished, so the container's
+    every interface is the stack's network only."""
+    bridged = router.advertise_host != router.address
+    return "0.0.0.0" if bridged else router.address
 
 
 def _decoder(engine: EnginePlan) -> DecoderConfig:

@@ -36,6 +36,9 @@ class FakeBackend:
     notify_to: str | None = None  # lmcache-pd prefiller: PUSH a ProxyNotif here per request
     notify_ranks: int = 1
     misbehave: Misbehaviour | None = None
+    # Refuses (400, as vLLM does) a request whose token-id prompt plus max_tokens exceeds this.
+    max_model_len: int | None = None
+    answer_padding_bytes: int = 0  # makes each non-streamed answer this much larger
     cancelled: int = 0  # requests whose connection the proxy closed before they ended
     in_flight: int = 0
     server: TestServer | None = None
@@ -62,7 +65,10 @@ class FakeBackend:
         return web.json_response({})
 
     async def models(self, _: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "m"}]})
+        card: dict[str, Any] = {"id": "m"}
+        if self.max_model_len is not None:  # as vLLM's model card says it
+            card["max_model_len"] = self.max_model_len
+        return web.json_response({"data": [card]})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
@@ -108,6 +114,9 @@ class FakeBackend:
         self.seen.append(body)
         self.headers.append({key.lower(): value for key, value in request.headers.items()})
         params = body.get("kv_transfer_params") or {}
+        if self._too_long(body):
+            error = {"message": "max_tokens is too large", "type": "BadRequestError"}
+            return web.json_response({"error": error | {"code": 400}}, status=400)
         if self.notify_to and "disagg_spec" in params:
             await self._notify(params["disagg_spec"]["req_id"])
         if params.get("ret_first_tok"):  # an LMCache P/D prefiller: the first token and ids
@@ -121,6 +130,8 @@ class FakeBackend:
             choices = [{"text": self.name, "finish_reason": "length"}]
             usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
             answer = {"id": f"cmpl-{self.name}", "choices": choices, "usage": usage}
+            if self.answer_padding_bytes:
+                answer["padding"] = "x" * self.answer_padding_bytes
             return web.json_response(answer | {"kv_transfer_params": returned})
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
@@ -133,6 +144,12 @@ class FakeBackend:
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
+
+    def _too_long(self, body: dict[str, Any]) -> bool:
+        prompt = body.get("prompt")
+        if self.max_model_len is None or not isinstance(prompt, list):
+            return False
+        return len(prompt) + int(body.get("max_tokens") or 0) > self.max_model_len
 
     @staticmethod
     def _first_token(chat: bool) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import aiohttp
@@ -29,7 +30,6 @@ async def test_nixl_protocol_bodies_and_stamps(backends: list[FakeBackend]) -> N
         "prompt": "hi",
         "max_tokens": 9,
         "min_tokens": 2,
-        "stream_options": {"x": 1},
     }
     status, headers, raw = await post(server, "/v1/completions", body, {"X-Request-Id": "rid-1"})
     assert status == 200
@@ -52,7 +52,10 @@ async def test_nixl_protocol_bodies_and_stamps(backends: list[FakeBackend]) -> N
         "p0",
         "d0",
     )
-    assert p0.headers[0]["x-request-id"] == "rid-1"
+    # The client's id is for its logs: both engines get the proxy's own, the same one.
+    engine_id = p0.headers[0]["x-request-id"]
+    assert re.fullmatch("[0-9a-f]{32}", engine_id)
+    assert d0.headers[0]["x-request-id"] == engine_id
     await server.close()
 
 
@@ -189,7 +192,8 @@ async def test_lmcache_pd_waits_for_every_rank_notice(backends: list[FakeBackend
     # The KV's id is the proxy's own: a client's X-Request-Id is not unique across clients.
     kv_id = spec["disagg_spec"]["req_id"]
     assert kv_id != "r-9"
-    assert p0.headers[0]["x-request-id"] == "r-9"
+    assert p0.headers[0]["x-request-id"] == d0.headers[0]["x-request-id"] == kv_id
+    assert headers["X-Request-Id"] == "r-9"  # the client's id stays the client's
     assert spec == {
         "ret_first_tok": True,
         "disagg_spec": {

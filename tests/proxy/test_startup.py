@@ -171,3 +171,41 @@ def test_malformed_http_is_a_warning_line_not_a_traceback(
     assert "WARNING aiohttp.server: malformed request: 400, message: Invalid" in log
     assert "Traceback" not in log
     assert "ERROR" not in log
+
+
+SEED_FLAGS = (
+    "--protocol", "nixl", "--prefiller-host", "p", "--prefiller-port", "80",
+    "--decoder-host", "d", "--decoder-port", "81",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (("--num-prefillers", "1000000000"), "--num-prefillers: '1000000000' is not a count"),
+        (("--num-decoders", "-3"), "--num-decoders: '-3' is not a count"),
+        (("--num-decoders", "0"), "is not a count"),
+        (("--port", "٣"), "--port: '٣' is not a port"),  # int() would take it as 3
+        (("--proxy-port", "99999"), "--proxy-port: '99999' is not a port"),
+        (("--prefiller-port", "²"), "--prefiller-port: '²' is not a port"),
+        (("--decoder-host", ",".join(["d"] * 2000)), "--decoder-host has 2000 entries"),
+        (("--config", "/dev/zero"), "/dev/zero is larger than 1048576 bytes"),
+        (("--config", "/dev/null"), "(top level)"),
+        (("--bogus",), "unrecognized arguments: --bogus"),
+    ],
+)
+def test_hostile_flags_are_one_line(flags: tuple[str, ...], expected: str) -> None:
+    """Issue 17, item 6: no flag ends in MemoryError or a traceback."""
+    assert_one_line_failure(run_proxy(*SEED_FLAGS, *flags), expected)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b"\xff\xfe bad", "is not UTF-8 text"), (b"[" * 100_000, "not")],
+)
+def test_a_config_that_is_not_text_or_too_deep_is_one_line(
+    tmp_path: Path, content: bytes, expected: str
+) -> None:
+    path = tmp_path / "router.yaml"
+    path.write_bytes(content)
+    assert_one_line_failure(run_proxy("--config", str(path)), expected)

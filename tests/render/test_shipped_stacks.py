@@ -80,7 +80,8 @@ def test_xpyd_follows_seed_a_numbering(workspace: Workspace) -> None:
     assert ports == ["7100", "7101", "7200", "7201"]
     router = yaml.safe_load((workspace.root / "compose/xpyd/router.yaml").read_text())
     assert router["listen"]["port"] == 9100
-    assert router["notify"] == {"bind_host": "0.0.0.0", "port": 7500}
+    # Host networking: the KV-notice port listens only where the prefillers reach it (issue 17).
+    assert router["notify"] == {"bind_host": "127.0.0.1", "port": 7500}
     assert [(d["init_ports"], d["alloc_ports"]) for d in router["decode"]] == [
         ([7300], [7400]),
         ([7301], [7401]),
