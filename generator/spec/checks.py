@@ -10,11 +10,14 @@ from collections.abc import Callable, Iterator
 from generator.errors import SpecIssue
 from generator.spec.models import (
     GroupPlacement,
+    GroupSpec,
     Profile,
+    RouterKind,
     Runtime,
     Spec,
     Topology,
 )
+from generator.spec.owned import owned_issues
 
 __all__ = ["check_spec"]
 
@@ -124,6 +127,34 @@ def _token_source(spec: Spec) -> Iterator[SpecIssue]:
             "hf.token",
             f"must give exactly one source of the token, but {found}",
             "keep one of env, file or env_file (or remove hf.token for public models)",
+        )
+
+
+def _owned_settings(spec: Spec) -> Iterator[SpecIssue]:
+    groups = {role: (group.extra_args, group.env) for role, group in _groups(spec)}
+    server = spec.lmcache.server
+    yield from owned_issues(
+        spec.model.extra_args,
+        groups,
+        spec.router.extra_args,
+        server.extra_args if server is not None else [],
+    )
+
+
+def _groups(spec: Spec) -> tuple[tuple[str, GroupSpec], ...]:
+    return (("prefill", spec.prefill), ("decode", spec.decode))
+
+
+def _router_args(spec: Spec) -> Iterator[SpecIssue]:
+    from generator.topologies import topology_unit
+
+    kind = spec.router.kind or topology_unit(spec.topology).default_router
+    if kind is RouterKind.PROXY and spec.router.extra_args:
+        yield SpecIssue(
+            "router.extra_args",
+            "the proxy takes no command-line arguments: these would be dropped",
+            "remove router.extra_args (the proxy's settings are router.policy, "
+            "router.session_header, router.port)",
         )
 
 
@@ -239,4 +270,6 @@ _CHECKS: tuple[Check, ...] = (
     _nixl_settings,
     _runtime_settings,
     _placement,
+    _owned_settings,
+    _router_args,
 )
