@@ -155,6 +155,7 @@ def _plan_engine(
         gpu_memory_utilization=group.gpu_memory_utilization,
         extra_args=tuple(group.extra_args),
         extra_env=dict(group.env),
+        secret_env=tuple(group.secret_env),
         kv=kv,
     )
 

@@ -17,7 +17,8 @@ from generator.spec.models import (
     Spec,
     Topology,
 )
-from generator.spec.owned import owned_issues
+from generator.spec.owned import ENGINE_ENV, owned_issues
+from generator.spec.secrets import TOKEN_ENV_NAMES
 
 __all__ = ["check_spec"]
 
@@ -139,6 +140,20 @@ def _owned_settings(spec: Spec) -> Iterator[SpecIssue]:
         spec.router.extra_args,
         server.extra_args if server is not None else [],
     )
+
+
+def _secret_env(spec: Spec) -> Iterator[SpecIssue]:
+    for role, group in _groups(spec):
+        seen: set[str] = set()
+        for index, name in enumerate(group.secret_env):
+            field = f"{role}.secret_env[{index}]"
+            if name in seen or name in group.env:
+                where = "twice" if name in seen else f"and in {role}.env"
+                yield SpecIssue(field, f"lists {name} {where}", "give each variable once")
+            elif name in ENGINE_ENV or name in TOKEN_ENV_NAMES:
+                fix = "hf.token" if name in TOKEN_ENV_NAMES else ENGINE_ENV[name]
+                yield SpecIssue(field, f"{name} is set by the tool itself", f"use {fix}")
+            seen.add(name)
 
 
 def _groups(spec: Spec) -> tuple[tuple[str, GroupSpec], ...]:
@@ -271,5 +286,6 @@ _CHECKS: tuple[Check, ...] = (
     _runtime_settings,
     _placement,
     _owned_settings,
+    _secret_env,
     _router_args,
 )

@@ -169,6 +169,12 @@ class GroupSpec(StrictModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     extra_args: Args = Field(default_factory=list)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
+    secret_env: list[EnvName] = Field(
+        default_factory=list,
+        max_length=256,
+        description="env vars the engines take from the shell that runs `up` (API keys, "
+        "cloud credentials): named in the rendered files, their values never written",
+    )
 
 
 class DockerAccess(StrictModel):

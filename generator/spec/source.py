@@ -24,6 +24,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from generator.errors import SpecError, SpecIssue
+from generator.spec.secret_shapes import SECRET_VALUE
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_SPEC_BYTES", "mask_tokens", "parse_yaml", "read_spec"]
 
@@ -129,7 +130,7 @@ def _measure(node: Node, *, depth: int, sizes: dict[int, int], open_nodes: set[i
 
 def mask_tokens(text: str) -> str:
     """Never echo a token, even inside a parser's error message."""
-    return HF_TOKEN.sub("hf_***", text)
+    return SECRET_VALUE.sub("***", HF_TOKEN.sub("hf_***", text))
 
 
 def parse_yaml(

@@ -77,7 +77,6 @@ def test_every_setting_the_tool_renders_is_in_the_owned_tables(
         "--kv-transfer-config.kv_role=kv_both",
         "--kv_transfer_config",
         "--config",
-        "--api-key=x",
         "--uds",
     ],
 )
