@@ -174,17 +174,27 @@ def _router_args(spec: Spec) -> Iterator[SpecIssue]:
 
 
 def _hosts(spec: Spec) -> Iterator[SpecIssue]:
+    from generator.spec.identity import LOCAL_MACHINE, machine_address
+
     for attr in ("name", "address"):
         seen: set[str] = set()
         for index, host in enumerate(spec.hosts):
+            # Addresses compare as machines: case, a trailing dot and loopback names.
             value = getattr(host, attr)
-            if value in seen:
+            key = machine_address(value) if attr == "address" else value
+            if key in seen:
                 yield SpecIssue(
                     f"hosts[{index}].{attr}",
                     f"{value!r} is used by two hosts",
                     f"give every host its own {attr}",
                 )
-            seen.add(value)
+            elif spec.is_multi_host and attr == "address" and key == LOCAL_MACHINE:
+                yield SpecIssue(
+                    f"hosts[{index}].address",
+                    f"{value!r} is a loopback address: the other hosts cannot reach it",
+                    "give the host's address on the network the hosts share",
+                )
+            seen.add(key)
 
 
 def _docker_access(spec: Spec) -> Iterator[SpecIssue]:
