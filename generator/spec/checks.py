@@ -88,6 +88,26 @@ def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
             )
 
 
+# Where the tool mounts into engine containers (tests/spec/test_paths.py pins it to what
+# renders): the HF and vLLM caches, config files, secrets, the image's own files, sysfs.
+TOOL_CONTAINER_PATHS = (
+    "/root/.cache/huggingface",
+    "/root/.cache/vllm",
+    "/etc/xpyd",
+    "/run/secrets",
+    "/opt/xpyd",
+    "/sys/devices/system/node",
+)
+
+
+def _tool_path_overlap(path: str) -> str | None:
+    """The tool's container path that ``path`` is, lies in, or holds."""
+    for taken in TOOL_CONTAINER_PATHS:
+        if path == taken or path.startswith(taken + "/") or taken.startswith(path + "/"):
+            return taken
+    return None
+
+
 def _model_source(spec: Spec) -> Iterator[SpecIssue]:
     model = spec.model
     if model.source == "host-path" and not model.host_path:
@@ -108,6 +128,13 @@ def _model_source(spec: Spec) -> Iterator[SpecIssue]:
             "with model.source: host-path the model is mounted at model.id: it must be the "
             "absolute path inside the containers",
             "set model.id to e.g. /models/llama",
+        )
+    if model.source == "host-path" and (taken := _tool_path_overlap(model.id)) is not None:
+        yield SpecIssue(
+            "model.id",
+            f"the model would be mounted over {taken}, where the tool mounts its own "
+            "caches, configs or secrets (one of the two mounts would be dropped)",
+            "mount the model elsewhere, e.g. model.id: /models/llama",
         )
     if model.source == "synthetic" and not model.id.startswith("/"):
         yield SpecIssue(
