@@ -201,12 +201,12 @@ def _router_args(spec: Spec) -> Iterator[SpecIssue]:
 
 
 def _hosts(spec: Spec) -> Iterator[SpecIssue]:
-    from generator.spec.identity import LOCAL_MACHINE, machine_address
+    from generator.spec.identity import machine_address
 
     for attr in ("name", "address"):
         seen: set[str] = set()
         for index, host in enumerate(spec.hosts):
-            # Addresses compare as machines: case, a trailing dot and loopback names.
+            # Addresses compare as peers reach them: case, a trailing dot, localhost.
             value = getattr(host, attr)
             key = machine_address(value) if attr == "address" else value
             if key in seen:
@@ -214,12 +214,6 @@ def _hosts(spec: Spec) -> Iterator[SpecIssue]:
                     f"hosts[{index}].{attr}",
                     f"{value!r} is used by two hosts",
                     f"give every host its own {attr}",
-                )
-            elif spec.is_multi_host and attr == "address" and key == LOCAL_MACHINE:
-                yield SpecIssue(
-                    f"hosts[{index}].address",
-                    f"{value!r} is a loopback address: the other hosts cannot reach it",
-                    "give the host's address on the network the hosts share",
                 )
             seen.add(key)
 

@@ -17,10 +17,16 @@ _DEFAULT_PORTS = {"ssh": "22", "tcp": "2375"}
 
 
 def machine_address(address: str) -> str:
-    """``address`` as one machine: lowercase, no trailing dot, every loopback name one."""
+    """``address`` as peers reach it: lowercase, no trailing dot, ``localhost`` is 127.0.0.1.
+    Other loopback addresses stay apart: one machine rehearses a multi-host stack with
+    loopback aliases (127.0.0.2), each a host of its own."""
     name = address.lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return LOCAL_MACHINE
+    return "127.0.0.1" if name == "localhost" or name.endswith(".localhost") else name
+
+
+def _engine_host(host: str) -> str:
+    """A Docker engine on any loopback address is the local machine's."""
+    name = machine_address(host)
     try:
         return LOCAL_MACHINE if ipaddress.ip_address(name).is_loopback else name
     except ValueError:
@@ -37,7 +43,7 @@ def engine_machine(access: DockerAccess | None) -> str:
         return LOCAL_MACHINE if _is_default_socket(rest) else f"unix socket {rest}"
     authority = rest.rpartition("@")[2]
     host, _, port = authority.partition(":")
-    machine = machine_address(host)
+    machine = _engine_host(host)
     if machine == LOCAL_MACHINE:
         return machine
     return f"{machine}:{port or _DEFAULT_PORTS[scheme]}" if scheme == "tcp" else machine

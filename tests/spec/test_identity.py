@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from generator.errors import SpecError
-from generator.spec import parse_spec
-from generator.spec.identity import LOCAL_MACHINE, machine_address
+from generator.spec import DockerAccess, parse_spec
+from generator.spec.identity import LOCAL_MACHINE, engine_machine
 from tests.conftest import spec_dict
 
 
@@ -65,10 +65,12 @@ def test_one_machine_spelt_twice_is_refused(address_a: str, address_b: str) -> N
     )
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1", "localhost", "127.0.1.1"])
-def test_loopback_in_a_multi_host_stack_is_refused(address: str) -> None:
-    message = refusal(two_hosts(address, "10.0.0.2"))
-    assert f"hosts[0].address: {address!r} is a loopback address" in message
+def test_localhost_and_127_0_0_1_are_one_host_but_loopback_aliases_are_not() -> None:
+    assert "hosts[1].address: 'localhost' is used by two hosts" in refusal(
+        two_hosts("127.0.0.1", "localhost")
+    )
+    spec = parse_spec(two_hosts("127.0.0.1", "127.0.0.2"), source="t.yaml")  # a rehearsal
+    assert [host.address for host in spec.hosts] == ["127.0.0.1", "127.0.0.2"]
 
 
 def test_two_reachable_hosts_pass() -> None:
@@ -88,5 +90,6 @@ def test_every_ipv4_address_is_accepted_unless_unreachable(address: IPv4Address)
 
 
 @given(st.from_regex(r"127(\.(0|[1-9][0-9]?)){3}", fullmatch=True))
-def test_every_loopback_spelling_is_the_local_machine(address: str) -> None:
-    assert machine_address(address) == machine_address("LOCALHOST") == LOCAL_MACHINE
+def test_every_loopback_docker_engine_is_the_local_machine(address: str) -> None:
+    access = DockerAccess(url=f"tcp://{address}:2375")
+    assert engine_machine(access) == engine_machine(None) == LOCAL_MACHINE
