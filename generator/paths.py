@@ -39,14 +39,18 @@ class Workspace:
         return self.root / "runs"
 
     def stack_file(self, name_or_path: str) -> Path:
-        """A stack name (``xpyd``) maps to ``stacks/xpyd.yaml``; anything else is a path."""
+        """A stack name (``xpyd``) maps to ``stacks/xpyd.yaml``; anything else is a path (a
+        bare name only where no such stack exists and it names a file)."""
         candidate = Path(name_or_path)
         # A stack name has no "/"; anything else is a path, even a broken link or a loop.
         if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
             return candidate
-        if os.path.lexists(candidate):
-            return candidate
-        return self.stacks_dir / f"{name_or_path}.yaml"
+        # A bare name is the workspace's stack first: run inside compose/, `validate
+        # cpu-1p1d` would otherwise read the rendered folder of that name as the spec.
+        shipped = self.stacks_dir / f"{name_or_path}.yaml"
+        if shipped.exists() or os.path.isdir(candidate) or not os.path.lexists(candidate):
+            return shipped
+        return candidate
 
     def shipped_stacks(self) -> list[str]:
         return sorted(path.stem for path in self.stacks_dir.glob("*.yaml"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +19,18 @@ __all__ = ["parse_concurrencies", "parse_goodput", "parse_rates", "register"]
 
 _PANEL = "Load and settings (default: the preset's)"
 _SLO_METRICS = ("ttft", "tpot", "e2el")
+# Bounds a run can finish within (a rate of 1e-300 req/s never sends its second request);
+# the seed is numpy's (vLLM's benchmark seeds numpy, which takes 32 bits).
+MIN_RATE_PER_S = 0.001
+MAX_RATE_PER_S = 1e6
+MAX_CONCURRENCY = 1_000_000
+MAX_SEED = 2**32 - 1
+MAX_TOKENS = 10_000_000
+MAX_PROMPTS = 10_000_000
+MAX_SLO_MS = 86_400_000.0  # a day
+# ASCII only: Python's float() and int() also read other scripts' digits ("١٢").
+_DECIMAL = re.compile(r"(?:[0-9]{1,12}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})(?:[eE][+-]?[0-9]{1,3})?")
+_WHOLE = re.compile(r"[0-9]{1,7}")
 
 
 def register(app: typer.Typer) -> None:
@@ -29,21 +41,28 @@ def parse_rates(text: str) -> tuple[float | None, ...]:
     """``1,2,inf``: requests per second at each point; ``inf``: all at once."""
     rates: list[float | None] = []
     for item in _items(text, "--request-rate"):
-        try:
-            rate = float(item)
-        except ValueError:
-            raise typer.BadParameter(f"{item!r} is not a number (or inf)") from None
-        if math.isnan(rate) or rate <= 0:
-            raise typer.BadParameter(f"{item!r}: a rate must be > 0 (or inf)")
-        rates.append(None if math.isinf(rate) else rate)
+        if item.lower() == "inf":
+            rates.append(None)
+            continue
+        if not _DECIMAL.fullmatch(item):
+            raise typer.BadParameter(f"{item!r} is not a number (or inf)")
+        rate = float(item)
+        if not MIN_RATE_PER_S <= rate <= MAX_RATE_PER_S:
+            raise typer.BadParameter(
+                f"{item!r}: a rate is from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s "
+                "(or inf: all at once)"
+            )
+        rates.append(rate)
     return tuple(rates)
 
 
 def parse_concurrencies(text: str) -> tuple[int | None, ...]:
     values: list[int | None] = []
     for item in _items(text, "--max-concurrency"):
-        if not item.isdigit() or int(item) < 1:
-            raise typer.BadParameter(f"{item!r}: requests in flight must be a whole number >= 1")
+        if not _WHOLE.fullmatch(item) or not 1 <= int(item) <= MAX_CONCURRENCY:
+            raise typer.BadParameter(
+                f"{item!r}: requests in flight must be a whole number from 1 to {MAX_CONCURRENCY}"
+            )
         values.append(int(item))
     return tuple(values)
 
@@ -55,14 +74,11 @@ def parse_goodput(text: str) -> tuple[tuple[str, float], ...]:
         metric, _, value = item.partition(":")
         if metric not in _SLO_METRICS:
             raise typer.BadParameter(f"{metric!r} is not one of {', '.join(_SLO_METRICS)}")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise typer.BadParameter(
-                f"{item!r}: write METRIC:MILLISECONDS, e.g. ttft:500"
-            ) from None
-        if not math.isfinite(ms) or ms <= 0:
-            raise typer.BadParameter(f"{item!r}: milliseconds must be > 0")
+        if not _DECIMAL.fullmatch(value):
+            raise typer.BadParameter(f"{item!r}: write METRIC:MILLISECONDS, e.g. ttft:500")
+        ms = float(value)
+        if not 0 < ms <= MAX_SLO_MS:
+            raise typer.BadParameter(f"{item!r}: milliseconds must be > 0 and at most a day")
         slo[metric] = ms
     return tuple(slo.items())
 
@@ -99,9 +115,15 @@ def bench(
             show_default=False,
         ),
     ] = None,
-    input_len: Annotated[int | None, typer.Option(min=1, rich_help_panel=_PANEL)] = None,
-    output_len: Annotated[int | None, typer.Option(min=1, rich_help_panel=_PANEL)] = None,
-    num_prompts: Annotated[int | None, typer.Option(min=1, rich_help_panel=_PANEL)] = None,
+    input_len: Annotated[
+        int | None, typer.Option(min=1, max=MAX_TOKENS, rich_help_panel=_PANEL)
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option(min=1, max=MAX_TOKENS, rich_help_panel=_PANEL)
+    ] = None,
+    num_prompts: Annotated[
+        int | None, typer.Option(min=1, max=MAX_PROMPTS, rich_help_panel=_PANEL)
+    ] = None,
     request_rate: Annotated[
         str | None,
         typer.Option(
@@ -117,7 +139,7 @@ def bench(
     burstiness: Annotated[
         float | None, typer.Option(min=0.001, max=1e6, rich_help_panel=_PANEL)
     ] = None,
-    seed: Annotated[int | None, typer.Option(min=0, rich_help_panel=_PANEL)] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, rich_help_panel=_PANEL)] = None,
     goodput: Annotated[
         str | None,
         typer.Option(

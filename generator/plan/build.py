@@ -40,6 +40,7 @@ def build_plan(spec: Spec) -> Plan:
         for slot in slots
     ]
     sidecars = tuple(sidecar for engine in engines for sidecar in topology.sidecars(engine))
+    services = _services_by_host(engines, sidecars, router)
     plan = Plan(
         stack=spec.name,
         topology=topology.plan_settings(spec),
@@ -53,7 +54,7 @@ def build_plan(spec: Spec) -> Plan:
         model=resolve_model(spec),
         hf=resolve_hf(spec),
         images=spec.images,
-        hosts=tuple(_plan_host(host, engines, sidecars, router) for host in spec.hosts),
+        hosts=tuple(_plan_host(host, services.get(host.name, [])) for host in spec.hosts),
         prefill=tuple(e for e in engines if e.role is Role.PREFILL),
         decode=tuple(e for e in engines if e.role is Role.DECODE),
         router=router,
@@ -155,6 +156,7 @@ def _plan_engine(
         gpu_memory_utilization=group.gpu_memory_utilization,
         extra_args=tuple(group.extra_args),
         extra_env=dict(group.env),
+        secret_env=tuple(group.secret_env),
         kv=kv,
     )
 
@@ -165,19 +167,24 @@ def _claim_http(spec: Spec, book: PortBook, slot: Slot, name: str) -> int:
     return book.claim_block(slot.host, base, 1, owner=name, purpose="vLLM http", field=field)[0]
 
 
-def _plan_host(
-    host: HostSpec,
-    engines: list[EnginePlan],
-    sidecars: tuple[SidecarPlan, ...],
-    router: RouterPlan,
-) -> HostPlan:
-    services: list[str] = []
+def _services_by_host(
+    engines: list[EnginePlan], sidecars: tuple[SidecarPlan, ...], router: RouterPlan
+) -> dict[str, list[str]]:
+    """Each host's services in start order: an engine's sidecars, then the engine; the
+    router last (one pass: plans of thousands of engines stay linear)."""
+    sidecars_of: dict[str, list[str]] = {}
+    for sidecar in sidecars:
+        sidecars_of.setdefault(sidecar.engine, []).append(sidecar.service)
+    services: dict[str, list[str]] = {}
     for engine in engines:
-        if engine.host == host.name:
-            services += [s.service for s in sidecars if s.engine == engine.name]
-            services.append(engine.name)
-    if router.host == host.name:
-        services.append(router.service)
+        services.setdefault(engine.host, []).extend(
+            [*sidecars_of.get(engine.name, ()), engine.name]
+        )
+    services.setdefault(router.host, []).append(router.service)
+    return services
+
+
+def _plan_host(host: HostSpec, services: list[str]) -> HostPlan:
     return HostPlan(
         name=host.name,
         address=host.address,

@@ -105,6 +105,8 @@ class EnginePlan(Frozen):
     gpu_memory_utilization: float | None = None
     extra_args: tuple[str, ...] = ()  # the group's vLLM arguments, after the model's
     extra_env: dict[str, str] = Field(default_factory=dict)  # the group's env, over ours
+    # Env vars taken from the shell that starts the engine (<role>.secret_env): names only.
+    secret_env: tuple[str, ...] = Field((), exclude_if=lambda value: not value)
     kv: EngineKV  # the KV ports of its topology and role
 
     @property

@@ -45,12 +45,19 @@ class _Pool:
         self.host, self.devices, self.field, self.shared = host, devices, field, shared
         self.owner: dict[int, str] = {}
         self.users: dict[int, int] = {}  # engines per device (more than one only when shared)
+        # Per block size, the first aligned block that may still be free: devices are only
+        # ever taken, so the blocks before it stay taken (placement stays linear).
+        self._first_free: dict[int, int] = {}
 
     def take_aligned(self, size: int, owner: str) -> tuple[int, ...] | None:
-        blocks = [self.devices[i : i + size] for i in range(0, len(self.devices) - size + 1, size)]
-        for block in blocks:
+        starts = range(self._first_free.get(size, 0), len(self.devices) - size + 1, size)
+        for start in starts:
+            block = self.devices[start : start + size]
             if not any(device in self.owner for device in block):
+                self._first_free[size] = start + size
                 return self._assign(block, owner)
+        self._first_free[size] = len(self.devices)
+        blocks = [self.devices[i : i + size] for i in range(0, len(self.devices) - size + 1, size)]
         if self.shared and blocks:
             least_used = min(blocks, key=lambda block: max(self.users[d] for d in block))
             return self._assign(least_used, owner)
@@ -93,15 +100,21 @@ def gpu_views(slots: list[Slot]) -> dict[Slot, GpuView]:
     of them may swap KV with every engine of the other role there, and CUDA IPC needs both
     GPUs visible: so each sees the union of that host's engine GPUs and selects its own. A
     host with one role only has no same-host KV traffic: each engine sees its own GPUs."""
-    views: dict[Slot, GpuView] = {}
+    by_host: dict[str, list[Slot]] = {}
     for slot in slots:
-        same_host = [other for other in slots if other.host == slot.host]
-        mixed = len({other.role for other in same_host}) == 2
-        visible = sorted(
-            {gpu for other in same_host for gpu in other.devices} if mixed else slot.devices
-        )
-        selected = tuple(visible.index(gpu) for gpu in slot.devices)
-        views[slot] = GpuView(tuple(visible), selected)
+        by_host.setdefault(slot.host, []).append(slot)
+    views: dict[Slot, GpuView] = {}
+    for same_host in by_host.values():
+        mixed = len({slot.role for slot in same_host}) == 2
+        shared = tuple(sorted({gpu for slot in same_host for gpu in slot.devices}))
+        position = {gpu: index for index, gpu in enumerate(shared)}
+        for slot in same_host:
+            if mixed:
+                selected = tuple(position[gpu] for gpu in slot.devices)
+                views[slot] = GpuView(shared, selected)
+            else:
+                own = tuple(sorted(slot.devices))
+                views[slot] = GpuView(own, tuple(own.index(gpu) for gpu in slot.devices))
     return views
 
 

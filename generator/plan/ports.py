@@ -25,6 +25,9 @@ class PortBook:
     """All ports claimed so far, per host. Claims never overlap on one host."""
 
     _claims: dict[str, dict[int, _Claim]] = field(default_factory=dict)
+    # (host, preferred, size) -> where the last first-fit search for it ended: claims are
+    # never released, so no block of that size is free below it (planning stays linear).
+    _searched: dict[tuple[str, int, int], int] = field(default_factory=dict)
 
     def claim_fixed(self, host: str, port: int, *, owner: str, purpose: str, field: str) -> int:
         """A port the user wrote down: a collision is the user's to fix, so name both fields."""
@@ -45,12 +48,13 @@ class PortBook:
         """The first ``size`` consecutive free ports at or above ``preferred`` (skipping the
         ports of common cluster agents: on host networking they would clash)."""
         used = self._claims.setdefault(host, {})
-        start = preferred
+        start = self._searched.get((host, preferred, size), preferred)
         while start + size - 1 <= _MAX_PORT:
             clash = next(
                 (p for p in range(start, start + size) if p in used or p in AGENT_PORTS), None
             )
             if clash is None:
+                self._searched[host, preferred, size] = start + size
                 ports = tuple(range(start, start + size))
                 for rank, port in enumerate(ports):
                     label = purpose if size == 1 else f"{purpose} (tp rank {rank})"

@@ -91,6 +91,7 @@ def _folders(rendered: RenderedStack, out_root: Path) -> list[_Folder]:
                 hint="rename the stack",
             )
         target = out_root / owned
+        _refuse_links(out_root, owned)
         files = {
             path.relative_to(owned): text
             for path, text in rendered.files.items()
@@ -98,8 +99,47 @@ def _folders(rendered: RenderedStack, out_root: Path) -> list[_Folder]:
         }
         folder = _Folder(rendered.stack, target, files, _previous(target))
         _refuse_conflicts(folder)
+        _refuse_linked_stale(folder)
         folders.append(folder)
     return folders
+
+
+def _refuse_links(out_root: Path, owned: PurePosixPath) -> None:
+    """A link on the way from the output folder to a stack's folder (``compose/`` itself, or
+    the stack's folder) would send every write and delete into the link's target. The output
+    folder itself may be a link: the user named it."""
+    for depth in range(1, len(owned.parts) + 1):
+        place = out_root.joinpath(*owned.parts[:depth])
+        if place.is_symlink():
+            raise RenderError(
+                f"{place} is a symbolic link (to {os.readlink(place)}): render never writes "
+                "or deletes through a link",
+                hint=f"replace {place} with a real folder (move the link away), or render "
+                "with --out to a folder without links",
+            )
+
+
+def _refuse_linked_stale(folder: _Folder) -> None:
+    """Deleting a stale file below a linked folder would delete in the link's target."""
+    linked = sorted(
+        f"{folder.target / path}: {problem}"
+        for path in folder.stale
+        if (problem := _linked_parent(folder.target, path)) is not None
+    )
+    if linked:
+        raise RenderError(
+            f"{folder.stack}: files render wrote before now lie below a link or a file:\n  "
+            + "\n  ".join(linked),
+            hint="replace the linked folder with a real one (or remove it), then render again",
+        )
+
+
+def _linked_parent(target: Path, path: PurePosixPath) -> str | None:
+    for parent in reversed(path.parents[:-1]):
+        place = target / parent
+        if place.is_symlink() or (place.exists() and not place.is_dir()):
+            return f"{parent} is not a plain folder"
+    return None
 
 
 def _previous(target: Path) -> frozenset[PurePosixPath]:
@@ -146,10 +186,9 @@ def _conflict(folder: _Folder, path: PurePosixPath, text: str, *, legacy: bool) 
 def _blocked(target: Path, path: PurePosixPath) -> str | None:
     """A folder on the way that is a file or a link (writing through a link would write
     outside the stack's folder), or a folder where the file goes."""
-    for parent in reversed(path.parents[:-1]):
-        place = target / parent
-        if place.is_symlink() or (place.exists() and not place.is_dir()):
-            return f"{parent} is not a plain folder"
+    linked = _linked_parent(target, path)
+    if linked is not None:
+        return linked
     disk = target / path
     return "is a folder" if disk.is_dir() and not disk.is_symlink() else None
 

@@ -158,7 +158,7 @@ class ProcessStack:
         env |= service.env
         if service.interpreter == "router":
             env["PYTHONPATH"] = str(self.root)  # the router image's /opt/xpyd/generator
-        env |= self._secret_env(service)
+        env |= self._secret_env(service) | _passed_env(service)
         if self.isolation is Isolation.PLAIN and service.gpus and "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = _host_gpu_ids(env["CUDA_VISIBLE_DEVICES"], service.gpus)
         return env
@@ -404,3 +404,14 @@ def _host_gpu_ids(positions: str, visible: tuple[int, ...]) -> str:
     """CUDA_VISIBLE_DEVICES counts among the GPUs a container sees; a plain process sees
     them all, so the positions become host ids (PCI bus order, CUDA_DEVICE_ORDER)."""
     return ",".join(str(visible[int(position)]) for position in positions.split(",") if position)
+
+
+def _passed_env(service: ProcessService) -> dict[str, str]:
+    """``<role>.secret_env``: from the caller's environment, as compose's ``${NAME:?}``."""
+    missing = [name for name in service.passed_env if name not in os.environ]
+    if missing:
+        raise StackError(
+            f"{service.name} takes {', '.join(missing)} from the environment, which is not set",
+            hint=f"export {'=... '.join(missing)}=... in the shell that runs up",
+        )
+    return {name: os.environ[name] for name in service.passed_env}

@@ -141,8 +141,10 @@ def _image(service: Service, root: PurePosixPath) -> dict[str, Any]:
 def _runtime(service: Service) -> dict[str, Any]:
     """Environment and network."""
     fields: dict[str, Any] = {}
-    if service.environment:
-        fields["environment"] = service.environment
+    environment: dict[str, str | _FromShell] = dict(service.environment)
+    environment |= {name: _FromShell(name) for name in service.passed_env}
+    if environment:
+        fields["environment"] = environment
     if service.network is NetworkMode.HOST:
         fields["network_mode"] = "host"
     elif service.ports:
@@ -297,7 +299,20 @@ def compose_text(document: dict[str, Any], *, header: str) -> str:
     return dump_yaml(_literal_dollars(document), header=header)
 
 
+@dataclass(frozen=True)
+class _FromShell:
+    """An env value compose reads from the shell that runs it, when it runs: a secret. The
+    one ``$`` render writes on purpose; ``:?`` makes compose refuse to start without it."""
+
+    name: str
+
+    def interpolation(self) -> str:
+        return f"${{{self.name}:?set {self.name} in the shell that runs up}}"
+
+
 def _literal_dollars(value: Any) -> Any:
+    if isinstance(value, _FromShell):
+        return value.interpolation()
     if isinstance(value, str):
         return value.replace("$", "$$")
     if isinstance(value, list):

@@ -73,6 +73,7 @@ class ProcessService:
     gpus: tuple[int, ...] = ()  # host GPU ids its container would see (container isolation)
     host_pid: bool = False
     secrets: tuple[str, ...] = ()  # Secret names of the host
+    passed_env: tuple[str, ...] = ()  # taken from the caller's environment at start
     on_demand: bool = False  # one-off runs only (bench)
     stop_grace_s: int = 30
     paths: dict[str, str | None] = field(default_factory=dict)  # the mount table it was mapped by
@@ -146,6 +147,7 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         gpus=service.gpus.device_ids if service.gpus else (),
         host_pid=service.host_pid,
         secrets=service.secrets,
+        passed_env=service.passed_env,
         on_demand=service.on_demand,
         stop_grace_s=service.stop_grace_s,
         paths=paths,
@@ -219,6 +221,8 @@ def _document(service: ProcessService) -> dict[str, Any]:
         }
     if service.secrets:
         fields["secrets"] = list(service.secrets)
+    if service.passed_env:
+        fields["passed_env"] = list(service.passed_env)
     if service.on_demand:
         fields["on_demand"] = True
     fields["stop_grace_s"] = service.stop_grace_s
@@ -266,6 +270,7 @@ def _read_service(name: str, fields: dict[str, Any]) -> ProcessService:
         gpus=tuple(int(gpu) for gpu in gpus.get("visible", ())),
         host_pid=gpus.get("pid") == "host",
         secrets=tuple(fields.get("secrets", ())),
+        passed_env=tuple(str(env) for env in fields.get("passed_env", ())),
         on_demand=bool(fields.get("on_demand", False)),
         stop_grace_s=int(fields.get("stop_grace_s", 30)),
         paths=dict(fields.get("paths") or {}),

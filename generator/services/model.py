@@ -169,6 +169,9 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     gpu_env: dict[str, str] = field(default_factory=dict)  # how the GPU access picks devices
     env_files: tuple[str, ...] = ()
+    # Env vars whose values come from the environment of whoever starts the service (secrets:
+    # the rendered files name them, never hold them).
+    passed_env: tuple[str, ...] = ()
     network: NetworkMode = NetworkMode.BRIDGE
     ports: tuple[PublishedPort, ...] = ()  # only on the bridge
     exposed: tuple[int, ...] = ()  # reachable by the stack's services, not published

@@ -91,6 +91,7 @@ def engine_service(
         configs=(config,) if config is not None else (),
         secrets=_secrets(plan),
         env_files=env_files,
+        passed_env=engine.secret_env,
     )
     # And the sockets the topology opens besides vLLM's (lmcache-pd decoders' receiver ports,
     # where LMCache binds them).

@@ -10,11 +10,15 @@ from collections.abc import Callable, Iterator
 from generator.errors import SpecIssue
 from generator.spec.models import (
     GroupPlacement,
+    GroupSpec,
     Profile,
+    RouterKind,
     Runtime,
     Spec,
     Topology,
 )
+from generator.spec.owned import ENGINE_ENV, owned_issues
+from generator.spec.secrets import TOKEN_ENV_NAMES
 
 __all__ = ["check_spec"]
 
@@ -84,6 +88,26 @@ def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
             )
 
 
+# Where the tool mounts into engine containers (tests/spec/test_paths.py pins it to what
+# renders): the HF and vLLM caches, config files, secrets, the image's own files, sysfs.
+TOOL_CONTAINER_PATHS = (
+    "/root/.cache/huggingface",
+    "/root/.cache/vllm",
+    "/etc/xpyd",
+    "/run/secrets",
+    "/opt/xpyd",
+    "/sys/devices/system/node",
+)
+
+
+def _tool_path_overlap(path: str) -> str | None:
+    """The tool's container path that ``path`` is, lies in, or holds."""
+    for taken in TOOL_CONTAINER_PATHS:
+        if path == taken or path.startswith(taken + "/") or taken.startswith(path + "/"):
+            return taken
+    return None
+
+
 def _model_source(spec: Spec) -> Iterator[SpecIssue]:
     model = spec.model
     if model.source == "host-path" and not model.host_path:
@@ -104,6 +128,13 @@ def _model_source(spec: Spec) -> Iterator[SpecIssue]:
             "with model.source: host-path the model is mounted at model.id: it must be the "
             "absolute path inside the containers",
             "set model.id to e.g. /models/llama",
+        )
+    if model.source == "host-path" and (taken := _tool_path_overlap(model.id)) is not None:
+        yield SpecIssue(
+            "model.id",
+            f"the model would be mounted over {taken}, where the tool mounts its own "
+            "caches, configs or secrets (one of the two mounts would be dropped)",
+            "mount the model elsewhere, e.g. model.id: /models/llama",
         )
     if model.source == "synthetic" and not model.id.startswith("/"):
         yield SpecIssue(
@@ -127,18 +158,64 @@ def _token_source(spec: Spec) -> Iterator[SpecIssue]:
         )
 
 
+def _owned_settings(spec: Spec) -> Iterator[SpecIssue]:
+    groups = {role: (group.extra_args, group.env) for role, group in _groups(spec)}
+    server = spec.lmcache.server
+    yield from owned_issues(
+        spec.model.extra_args,
+        groups,
+        spec.router.extra_args,
+        server.extra_args if server is not None else [],
+    )
+
+
+def _secret_env(spec: Spec) -> Iterator[SpecIssue]:
+    for role, group in _groups(spec):
+        seen: set[str] = set()
+        for index, name in enumerate(group.secret_env):
+            field = f"{role}.secret_env[{index}]"
+            if name in seen or name in group.env:
+                where = "twice" if name in seen else f"and in {role}.env"
+                yield SpecIssue(field, f"lists {name} {where}", "give each variable once")
+            elif name in ENGINE_ENV or name in TOKEN_ENV_NAMES:
+                fix = "hf.token" if name in TOKEN_ENV_NAMES else ENGINE_ENV[name]
+                yield SpecIssue(field, f"{name} is set by the tool itself", f"use {fix}")
+            seen.add(name)
+
+
+def _groups(spec: Spec) -> tuple[tuple[str, GroupSpec], ...]:
+    return (("prefill", spec.prefill), ("decode", spec.decode))
+
+
+def _router_args(spec: Spec) -> Iterator[SpecIssue]:
+    from generator.topologies import topology_unit
+
+    kind = spec.router.kind or topology_unit(spec.topology).default_router
+    if kind is RouterKind.PROXY and spec.router.extra_args:
+        yield SpecIssue(
+            "router.extra_args",
+            "the proxy takes no command-line arguments: these would be dropped",
+            "remove router.extra_args (the proxy's settings are router.policy, "
+            "router.session_header, router.port)",
+        )
+
+
 def _hosts(spec: Spec) -> Iterator[SpecIssue]:
+    from generator.spec.identity import machine_address
+
     for attr in ("name", "address"):
         seen: set[str] = set()
         for index, host in enumerate(spec.hosts):
+            # Addresses compare as peers reach them: case, a trailing dot, localhost.
             value = getattr(host, attr)
-            if value in seen:
+            key = machine_address(value) if attr == "address" else value
+            if key in seen:
                 yield SpecIssue(
                     f"hosts[{index}].{attr}",
                     f"{value!r} is used by two hosts",
                     f"give every host its own {attr}",
                 )
-            seen.add(value)
+            seen.add(key)
 
 
 def _docker_access(spec: Spec) -> Iterator[SpecIssue]:
@@ -239,4 +316,7 @@ _CHECKS: tuple[Check, ...] = (
     _nixl_settings,
     _runtime_settings,
     _placement,
+    _owned_settings,
+    _secret_env,
+    _router_args,
 )

@@ -11,7 +11,7 @@ from pydantic_core import ErrorDetails
 
 from generator.errors import SpecError, SpecIssue, dotted_field
 from generator.spec.checks import check_spec
-from generator.spec.models import Spec
+from generator.spec.models import BASELINE_SUFFIX, PD_NAME_MAX, Spec, Topology
 from generator.spec.overrides import apply_overrides
 from generator.spec.secrets import inline_secrets
 from generator.spec.source import parse_yaml, read_spec
@@ -26,7 +26,11 @@ def load_spec(path: Path, overrides: Sequence[str] = ()) -> Spec:
     return parse_spec(parse_yaml(text, source=str(path)), source=str(path), overrides=overrides)
 
 
-def parse_spec(raw: object, *, source: str, overrides: Sequence[str] = ()) -> Spec:
+def parse_spec(
+    raw: object, *, source: str, overrides: Sequence[str] = (), baseline: bool = False
+) -> Spec:
+    """``baseline``: the spec bench derives (``colocated_spec``), which alone may carry the
+    baseline's name."""
     if not isinstance(raw, dict):
         raise SpecError(
             source, [SpecIssue("<file>", "must be a YAML mapping", "see stacks/xpyd.yaml")]
@@ -39,10 +43,27 @@ def parse_spec(raw: object, *, source: str, overrides: Sequence[str] = ()) -> Sp
         spec = Spec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(source, [_translate(error) for error in exc.errors()]) from exc
-    issues = check_spec(spec)
+    issues = check_spec(spec) + ([] if baseline else _name_issues(spec))
     if issues:
         raise SpecError(source, issues)
     return spec
+
+
+def _name_issues(spec: Spec) -> list[SpecIssue]:
+    if spec.name.endswith(BASELINE_SUFFIX):
+        base = spec.name.removesuffix(BASELINE_SUFFIX)
+        problem = f"is the name bench gives {base}'s colocated baseline (one compose project)"
+        return [SpecIssue("name", problem, f"pick a name that does not end in {BASELINE_SUFFIX}")]
+    if spec.topology is not Topology.COLOCATED and len(spec.name) > PD_NAME_MAX:
+        return [
+            SpecIssue(
+                "name",
+                f"is {len(spec.name)} characters long; a P/D stack's name has at most "
+                f"{PD_NAME_MAX}, so that bench's baseline (<name>{BASELINE_SUFFIX}) fits",
+                f"shorten it to {PD_NAME_MAX} characters or less",
+            )
+        ]
+    return []
 
 
 def _translate(error: ErrorDetails) -> SpecIssue:

@@ -44,6 +44,9 @@ from generator.spec.types import (
 )
 
 __all__ = [
+    "BASELINE_SUFFIX",
+    "PD_NAME_MAX",
+    "STACK_NAME_MAX",
     "DockerAccess",
     "GpuAccess",
     "GpuSpec",
@@ -85,6 +88,11 @@ def _own_folder_name(name: str) -> str:
 
 
 StackName = Annotated[DnsLabel, AfterValidator(_own_folder_name)]
+STACK_NAME_MAX = 32  # a DnsLabel's
+# `bench --baseline colocated` renders the P/D stack's colocated twin as <name>-colocated: a
+# user's stack may not take that name, and a P/D stack's name leaves room for the suffix.
+BASELINE_SUFFIX = "-colocated"
+PD_NAME_MAX = STACK_NAME_MAX - len(BASELINE_SUFFIX)
 Args = Annotated[list[Arg], Field(max_length=1024)]
 # Enum fields take their values as strings (strict mode alone would want enum instances).
 Lax = Field(strict=False)
@@ -169,6 +177,12 @@ class GroupSpec(StrictModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     extra_args: Args = Field(default_factory=list)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
+    secret_env: list[EnvName] = Field(
+        default_factory=list,
+        max_length=256,
+        description="env vars the engines take from the shell that runs `up` (API keys, "
+        "cloud credentials): named in the rendered files, their values never written",
+    )
 
 
 class DockerAccess(StrictModel):

@@ -5,8 +5,9 @@ deep, self-referring or ambiguous is refused before it is walked.
 - encoding: UTF-8 (a BOM is fine); UTF-16/32 and binary files get their own message;
 - nesting: at most ``MAX_DEPTH`` levels, aliases expanded (a deep document would exhaust
   Python's recursion in the composer, the secret scan or pydantic);
-- aliases: the document with every alias expanded has at most ``MAX_NODES`` nodes (a 1 KB
-  "billion laughs" file expands to ~10^9 nodes) and no alias refers to its own anchor;
+- aliases: expanding every alias adds at most ``MAX_NODES`` nodes to those written (a 1 KB
+  "billion laughs" file expands to ~10^9 nodes; a long spec written out is no bomb) and no
+  alias refers to its own anchor;
 - duplicate keys are errors (PyYAML keeps the last one silently).
 """
 
@@ -24,6 +25,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from generator.errors import SpecError, SpecIssue
+from generator.spec.secret_shapes import SECRET_VALUE
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_SPEC_BYTES", "mask_tokens", "parse_yaml", "read_spec"]
 
@@ -67,7 +69,8 @@ class _BoundedLoader(yaml.SafeLoader):
         node = self.get_single_node()
         if node is None:
             return None
-        _measure(node, depth=1, sizes={}, open_nodes=set())
+        limit = _written(node) + MAX_NODES
+        _measure(node, depth=1, sizes={}, open_nodes=set(), limit=limit)
         return self.construct_document(node)
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[object, object]:
@@ -93,7 +96,25 @@ def _refuse_duplicate_keys(loader: _BoundedLoader, node: MappingNode) -> None:
         seen.add(key)
 
 
-def _measure(node: Node, *, depth: int, sizes: dict[int, int], open_nodes: set[int]) -> int:
+def _written(root: Node) -> int:
+    """Distinct nodes: what the file spells out, each anchor counted once."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, MappingNode):
+            stack.extend(part for pair in node.value for part in pair)
+    return len(seen)
+
+
+def _measure(
+    node: Node, *, depth: int, sizes: dict[int, int], open_nodes: set[int], limit: int
+) -> int:
     """Nodes in ``node`` with every alias expanded; refuses cycles, depth and size."""
     if depth > MAX_DEPTH:
         raise _Refused(
@@ -116,8 +137,8 @@ def _measure(node: Node, *, depth: int, sizes: dict[int, int], open_nodes: set[i
     elif isinstance(node, MappingNode):
         children = [part for pair in node.value for part in pair]
     for child in children:
-        size += _measure(child, depth=depth + 1, sizes=sizes, open_nodes=open_nodes)
-        if size > MAX_NODES:
+        size += _measure(child, depth=depth + 1, sizes=sizes, open_nodes=open_nodes, limit=limit)
+        if size > limit:
             raise _Refused(
                 f"expands to more than {MAX_NODES} values through its aliases (a YAML bomb?)",
                 "write the values out, or use fewer nested aliases",
@@ -129,7 +150,7 @@ def _measure(node: Node, *, depth: int, sizes: dict[int, int], open_nodes: set[i
 
 def mask_tokens(text: str) -> str:
     """Never echo a token, even inside a parser's error message."""
-    return HF_TOKEN.sub("hf_***", text)
+    return SECRET_VALUE.sub("***", HF_TOKEN.sub("hf_***", text))
 
 
 def parse_yaml(

@@ -201,12 +201,39 @@ def _host_address(value: str) -> str:
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
-        return _check_hostname(value)
+        return _dns_name(value)
     if address.version == 6:
         raise refuse(
             "is an IPv6 address; engines and the router are reached by http://address:port",
             "use an IPv4 address or a host name that resolves to the host",
         )
+    unreachable = _unreachable(address)
+    if unreachable is not None:
+        raise refuse(
+            f"is {unreachable}, which no peer can reach the host at",
+            "give the host's own unicast address (see `ip -4 addr`) or its DNS name",
+        )
+    return value
+
+
+def _unreachable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    if address.is_unspecified:
+        return "the unspecified address (bind to all interfaces)"
+    if address.is_multicast:
+        return "a multicast address"
+    if address == ipaddress.IPv4Address("255.255.255.255"):
+        return "the broadcast address"
+    if address.is_reserved:
+        return "a reserved address"
+    return None
+
+
+def _dns_name(value: str) -> str:
+    """A name whose last label is all digits is an IPv4 address misspelt (999.1.1.1, 10.1)
+    or one that resolvers read as a number: no top-level domain is numeric (RFC 3696)."""
+    _check_hostname(value)
+    if value.rstrip(".").rsplit(".", 1)[-1].isdigit():
+        raise refuse("is neither a valid IPv4 address nor a DNS name", "write a.b.c.d (0-255)")
     return value
 
 

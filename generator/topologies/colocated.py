@@ -18,12 +18,10 @@ from generator.plan.parts import ColocatedTopology, NoKV, SidecarPlan
 from generator.plan.ports import PortBook
 from generator.services.model import ConfigFile
 from generator.spec import Profile, RouterKind, Spec, Topology, parse_spec
+from generator.spec.models import BASELINE_SUFFIX, PD_NAME_MAX, STACK_NAME_MAX
 from generator.topologies.base import EngineSite, VerdictSources
 
 __all__ = ["BASELINE_SUFFIX", "UNIT", "Colocated", "colocated_spec"]
-
-BASELINE_SUFFIX = "-colocated"  # the baseline's stack name: rendered beside the P/D stack
-_NAME_LIMIT = 63  # a DNS label, like every stack name
 
 
 class Colocated:
@@ -82,10 +80,10 @@ def colocated_spec(spec: Spec, plan: Plan) -> Spec:
             hint="run bench without --baseline, or bench a P/D stack",
         )
     name = spec.name + BASELINE_SUFFIX
-    if len(name) > _NAME_LIMIT:
+    if len(name) > STACK_NAME_MAX:  # a spec parsed without load_spec's name rules
         raise XpydError(
-            f"the baseline's stack name {name!r} is longer than {_NAME_LIMIT} characters",
-            hint=f"shorten name in the stack spec to {_NAME_LIMIT - len(BASELINE_SUFFIX)} or less",
+            f"the baseline's stack name {name!r} is longer than {STACK_NAME_MAX} characters",
+            hint=f"shorten name in the stack spec to {PD_NAME_MAX} or less",
         )
     data: dict[str, Any] = spec.model_dump(mode="json", exclude_unset=True)
     data |= {"name": name, "topology": Topology.COLOCATED.value}
@@ -98,7 +96,7 @@ def colocated_spec(spec: Spec, plan: Plan) -> Spec:
         if field in ("prefill_http", "decode_http", "router_metrics")
     }
     data["router"] = _router(data.get("router", {}), plan)
-    return parse_spec(data, source=f"colocated baseline of {spec.name}")
+    return parse_spec(data, source=f"colocated baseline of {spec.name}", baseline=True)
 
 
 def _router(given: dict[str, Any], plan: Plan) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from generator.docker import DockerEndpoint
 from generator.errors import PlanError
 from generator.plan import HostPlan, Plan
 from generator.spec import DockerAccess
+from generator.spec.identity import engine_machine
 
 __all__ = ["endpoint_of", "host_endpoint", "host_endpoints"]
 
@@ -26,17 +27,20 @@ def host_endpoints(plan: Plan) -> dict[str, DockerEndpoint]:
     projects, ports and addresses would all land on one machine while the plan spreads them
     over several (a multi-host stack that only renders needs none of this)."""
     endpoints: dict[str, DockerEndpoint] = {}
-    seen: dict[str, str] = {}  # engine target -> the first host driven through it
+    seen: dict[str, str] = {}  # machine -> the first host driven through it
     for index, host in enumerate(plan.hosts):
         endpoint = host_endpoint(host)
-        if endpoint.target in seen:
+        machine = engine_machine(host.docker)  # spellings of one machine compare equal
+        if machine in seen:
+            via = (
+                endpoint.target if machine == endpoint.target else f"{endpoint.target} ({machine})"
+            )
             raise PlanError(
                 f"hosts[{index}].docker",
-                f"host {host.name} would be driven through {endpoint.target}, like host "
-                f"{seen[endpoint.target]}",
+                f"host {host.name} would be driven through {via}, like host {seen[machine]}",
                 fix=_shared_engine_fix(endpoint),
             )
-        seen[endpoint.target] = host.name
+        seen[machine] = host.name
         endpoints[host.name] = endpoint
     return endpoints
 

@@ -70,10 +70,35 @@ def test_a_stack_already_colocated_has_no_baseline() -> None:
 
 def test_a_name_too_long_for_the_baseline_is_refused_with_the_limit() -> None:
     spec, plan, _ = _pair("cpu-1p1d")
-    long = spec.model_copy(update={"name": "a" * 60})
-    with pytest.raises(XpydError, match="longer than 63") as caught:
+    long = spec.model_copy(update={"name": "a" * 23})  # made in code: load_spec refuses it
+    with pytest.raises(XpydError, match="longer than 32") as caught:
         colocated_spec(long, plan)
-    assert "53 or less" in (caught.value.hint or "")
+    assert "22 or less" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("length", [23, 32])
+def test_a_pd_stack_whose_baseline_name_would_not_fit_is_refused_at_load(length: int) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec_dict(name="a" * length), source="t")
+    assert f"name: is {length} characters long; a P/D stack's name has at most 22" in str(
+        caught.value
+    )
+
+
+def test_the_longest_pd_name_gets_its_baseline() -> None:
+    spec, _, _ = _pair("cpu-1p1d")
+    longest = parse_spec(
+        {**spec.model_dump(mode="json", exclude_unset=True), "name": "a" * 22}, source="t"
+    )
+    assert colocated_spec(longest, make_plan(longest)).name == "a" * 22 + "-colocated"
+
+
+@pytest.mark.parametrize("topology", ["colocated", "nixl-mp"])
+def test_a_user_stack_may_not_take_a_baselines_name(topology: str) -> None:
+    data = spec_dict(name="cpu-1p1d-colocated", topology=topology)
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data, source="t")
+    assert "name: is the name bench gives cpu-1p1d's colocated baseline" in str(caught.value)
 
 
 def test_the_proxy_cannot_route_a_colocated_stack() -> None:

@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 import typer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from generator.bench import check_fits, load_points
 from generator.cli.bench_command import parse_concurrencies, parse_goodput, parse_rates
@@ -85,16 +87,35 @@ def test_sweep_and_slo_options_parse_and_refuse_nonsense() -> None:
     for parse, text, message in (
         (parse_rates, "1,,2", "comma-separated"),
         (parse_rates, "fast", "not a number"),
-        (parse_rates, "0", "> 0"),
-        (parse_rates, "nan", "> 0"),
-        (parse_concurrencies, "0", ">= 1"),
+        (parse_rates, "0", "a rate is from 0.001 to 1e"),
+        (parse_rates, "nan", "not a number"),
+        (parse_rates, "1e-300", "a rate is from 0.001"),
+        (parse_rates, "1e300", "a rate is from 0.001"),
+        (parse_rates, "\u0661\u0662", "not a number"),
+        (parse_concurrencies, "0", "from 1 to 1000000"),
         (parse_concurrencies, "2.5", "whole number"),
+        (parse_concurrencies, "\u0661\u0662", "whole number"),
+        (parse_concurrencies, "\u00b2", "whole number"),
+        (parse_concurrencies, "9" * 5000, "whole number"),
+        (parse_goodput, "ttft:\u0665", "METRIC:MILLISECONDS"),
+        (parse_goodput, "ttft:1e400", "at most a day"),
         (parse_goodput, "itl:5", "not one of ttft, tpot, e2el"),
         (parse_goodput, "ttft", "METRIC:MILLISECONDS"),
-        (parse_goodput, "ttft:-1", "> 0"),
+        (parse_goodput, "ttft:-1", "METRIC:MILLISECONDS"),
+        (parse_goodput, "ttft:0", "> 0"),
     ):
         with pytest.raises(typer.BadParameter, match=message):
             parse(text)
+
+
+@given(st.text(max_size=40))
+def test_any_text_is_a_sweep_or_a_bad_parameter(text: str) -> None:
+    for parse in (parse_rates, parse_concurrencies, parse_goodput):
+        try:
+            values = parse(text)
+        except typer.BadParameter:
+            continue
+        assert values  # parsed: one value per item at least
 
 
 def test_a_prompt_longer_than_the_model_allows_is_refused_before_anything_starts() -> None:
@@ -112,6 +133,11 @@ def test_a_prompt_longer_than_the_model_allows_is_refused_before_anything_starts
         (["--baseline", "disaggregated"], 2, "the one baseline is colocated"),
         (["--preset", "seed-xpyd"], 1, "more than cpu-1p1d's model.max_model_len 2048"),
         (["--request-rate", "1,,2"], 2, "comma-separated list"),
+        (["--request-rate", "1e-300"], 2, "a rate is from 0.001"),
+        (["--max-concurrency", "\u0661\u0662"], 2, "whole number from 1"),
+        (["--max-concurrency", "9" * 5000], 2, "whole number from 1"),
+        (["--seed", str(2**64)], 2, "4294967295"),
+        (["--num-prompts", "9" * 5000], 2, "--num-prompts"),
     ],
 )
 def test_bad_bench_options_stop_before_anything_starts(

@@ -212,3 +212,49 @@ def test_a_stack_named_like_the_tools_own_folders_is_refused(
     renamed = replace(rendered, owned_dirs=(PurePosixPath(f"images/{name}"),))
     with pytest.raises(RenderError, match=f"images/{name}/ is the tool's own folder"):
         write_rendered(renamed, tmp_path)
+
+
+@pytest.mark.parametrize("linked", ["compose", "compose/cpu-1p1d", "images/cpu-1p1d"])
+def test_a_link_on_the_way_to_a_stack_folder_is_refused_and_its_target_untouched(
+    workspace: Workspace, tmp_path: Path, linked: str
+) -> None:
+    rendered = cpu_stack(workspace)
+    out = tmp_path / "out"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("the link target's own file\n")
+    (out / linked).parent.mkdir(parents=True)
+    (out / linked).symlink_to(outside)
+    with pytest.raises(RenderError, match="is a symbolic link") as caught:
+        write_rendered(rendered, out)
+    assert str(out / linked) in caught.value.message
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
+
+
+def test_an_output_folder_that_is_a_link_is_the_users_choice(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "out").symlink_to(real)
+    write_rendered(cpu_stack(workspace), tmp_path / "out")
+    assert (real / "compose/cpu-1p1d/compose.yaml").is_file()
+
+
+def test_a_stale_file_below_a_linked_folder_is_never_deleted(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    rendered = cpu_stack(workspace)
+    write_rendered(
+        with_files(rendered, {"compose/cpu-1p1d/old-host/compose.yaml": "{}\n"}), tmp_path
+    )
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "compose.yaml").write_text("someone else's\n")
+    old_host = tmp_path / "compose/cpu-1p1d/old-host"
+    (old_host / "compose.yaml").unlink()
+    old_host.rmdir()
+    old_host.symlink_to(outside)
+    with pytest.raises(RenderError, match="old-host is not a plain folder"):
+        write_rendered(rendered, tmp_path)
+    assert (outside / "compose.yaml").read_text() == "someone else's\n"

@@ -245,3 +245,33 @@ def test_gpus_still_fit_when_listed_once() -> None:
                 spec_dict(prefill={"count": 2}, hosts=[{"name": "h", "gpus": [0, 1]}]), source="t"
             )
         )
+
+
+def test_a_long_spec_written_out_is_no_yaml_bomb(tmp_path: Path) -> None:
+    # 4,096 hosts are ~20,000 nodes, all written out: only alias expansion is bounded.
+    hosts = "".join(
+        f"  - {{name: h{i}, address: 10.0.{i // 250}.{i % 250 + 1}}}\n" for i in range(4096)
+    )
+    path = tmp_path / "many.yaml"
+    path.write_text(
+        "name: t\ntopology: nixl-mp\nprofile: cpu\nmodel: {id: org/model}\nhosts:\n" + hosts
+    )
+    spec = load_spec(path)
+    assert len(spec.hosts) == 4096
+
+
+def test_planning_thousands_of_gpus_is_linear() -> None:
+    # 4,096 engines on one host: every engine's view lists every GPU there, and ports,
+    # devices and services are each found in one pass (was 186 s and 5.9 GB).
+    data = spec_dict(
+        hosts=[{"name": "h", "gpus": list(range(4096))}],
+        prefill={"count": 2048},
+        decode={"count": 2048},
+    )
+    started = time.monotonic()
+    plan = make_plan(parse_spec(data, source="t.yaml"))
+    assert time.monotonic() - started < 30
+    assert len(plan.engines) == 4096
+    assert plan.decode[-1].gpus == (4095,)
+    assert plan.decode[-1].cuda_devices == (4095,)
+    assert len({port.port for port in plan.ports}) == len(plan.ports)

@@ -34,7 +34,7 @@ def test_missing_model() -> None:
 def test_unknown_key_lists_the_known_ones() -> None:
     text = issues_of(spec_dict(prefill={"count": 1, "tensor_parallel": 2}))
     assert "prefill.tensor_parallel: is not a known setting" in text
-    assert "count, env, extra_args, gpu_memory_utilization, tp" in text
+    assert "count, env, extra_args, gpu_memory_utilization, secret_env, tp" in text
 
 
 def test_inline_token_is_refused_without_echoing_it() -> None:
