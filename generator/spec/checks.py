@@ -17,7 +17,13 @@ from generator.spec.models import (
     Spec,
     Topology,
 )
-from generator.spec.owned import ENGINE_ENV, owned_issues
+from generator.spec.owned import (
+    ENGINE_API_KEY,
+    ENGINE_API_KEY_FIX,
+    ENGINE_API_KEY_REFUSAL,
+    ENGINE_ENV,
+    owned_issues,
+)
 from generator.spec.secrets import TOKEN_ENV_NAMES
 
 __all__ = ["check_spec"]
@@ -177,6 +183,8 @@ def _secret_env(spec: Spec) -> Iterator[SpecIssue]:
             if name in seen or name in group.env:
                 where = "twice" if name in seen else f"and in {role}.env"
                 yield SpecIssue(field, f"lists {name} {where}", "give each variable once")
+            elif name == ENGINE_API_KEY:
+                yield SpecIssue(field, ENGINE_API_KEY_REFUSAL, ENGINE_API_KEY_FIX)
             elif name in ENGINE_ENV or name in TOKEN_ENV_NAMES:
                 fix = "hf.token" if name in TOKEN_ENV_NAMES else ENGINE_ENV[name]
                 yield SpecIssue(field, f"{name} is set by the tool itself", f"use {fix}")

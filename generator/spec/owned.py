@@ -17,8 +17,24 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from generator.errors import SpecIssue
 
-__all__ = ["ENGINE_ENV", "ENGINE_FLAGS", "LMCACHE_SERVER_FLAGS", "ROUTER_FLAGS", "owned_issues"]
+__all__ = [
+    "ENGINE_API_KEY",
+    "ENGINE_API_KEY_FIX",
+    "ENGINE_API_KEY_REFUSAL",
+    "ENGINE_ENV",
+    "ENGINE_FLAGS",
+    "LMCACHE_SERVER_FLAGS",
+    "ROUTER_FLAGS",
+    "owned_issues",
+]
 
+# vLLM answers 401 to every request without the key, and neither router sends one.
+ENGINE_API_KEY = "VLLM_API_KEY"
+ENGINE_API_KEY_REFUSAL = (
+    "an engine API key is not supported yet: the router and the proxy call the engines "
+    "without one, so every request would get 401"
+)
+ENGINE_API_KEY_FIX = "remove it; keep the engines' ports off untrusted networks instead"
 _PLACED = "set by the planner (placement, ports.*)"
 _UNSUPPORTED = "not supported: engines scale by <role>.count and <role>.tp"
 
@@ -36,7 +52,7 @@ ENGINE_FLAGS: Mapping[str, str] = {
     "--gpu-memory-utilization": "<role>.gpu_memory_utilization",
     "--kv-transfer-config": "topology and lmcache.* / nixl.* (the tool writes the connector)",
     "--config": "write the settings as extra_args themselves (a config file can set any flag)",
-    "--api-key": "<role>.secret_env: [VLLM_API_KEY] (never a key in the spec)",
+    "--api-key": "nothing yet: the router and the proxy call the engines without a key",
 }
 _ENGINE_SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 _ENGINE_SHORT |= {"-dp": "--data-parallel-size"}

@@ -115,14 +115,21 @@ def test_any_sk_key_is_refused_wherever_it_sits(body: str) -> None:
 
 def test_secret_env_names_the_variable_and_never_holds_it() -> None:
     workspace = Workspace(ROOT)
-    spec = load_spec(workspace.stack_file("cpu-1p1d"), ["prefill.secret_env=[VLLM_API_KEY]"])
+    name = "AWS_SECRET_ACCESS_KEY"
+    spec = load_spec(workspace.stack_file("cpu-1p1d"), [f"prefill.secret_env=[{name}]"])
     plan = make_plan(spec)
-    assert plan.prefill[0].secret_env == ("VLLM_API_KEY",)
-    assert "VLLM_API_KEY" in plan.model_dump_json()
+    assert plan.prefill[0].secret_env == ("AWS_SECRET_ACCESS_KEY",)
+    assert "AWS_SECRET_ACCESS_KEY" in plan.model_dump_json()
     rendered = render_stack(plan, workspace)
     compose = next(t for p, t in rendered.files.items() if p.name == "compose.yaml")
-    assert "VLLM_API_KEY: ${VLLM_API_KEY:?set VLLM_API_KEY in the shell that runs up}" in compose
-    assert compose.count("${VLLM_API_KEY") == 1  # the prefiller only
+    assert f"{name}: ${{{name}:?set {name} in the shell that runs up}}" in compose
+    assert compose.count("${AWS_SECRET_ACCESS_KEY") == 1  # the prefiller only
+
+
+def test_an_engine_api_key_is_refused_until_the_routers_send_one() -> None:
+    message = refusal(spec_dict(), "decode.secret_env=[VLLM_API_KEY]")
+    assert "decode.secret_env[0]" in message
+    assert "401" in message
 
 
 def test_secret_env_reaches_the_process_runtime_from_the_callers_shell(
