@@ -146,7 +146,7 @@ def test_crashing_service_fails_fast_with_its_log(
     stack_up: dict[str, Any], scratch_root: Path
 ) -> None:
     root = workspace_copy(scratch_root / "crash")
-    bad_model = 'decode.extra_args=["--model", "/opt/xpyd/models/missing"]'
+    bad_model = 'decode.extra_args=["--tokenizer", "/opt/xpyd/models/missing"]'
     started = time.monotonic()
     result = cli(
         "up",
