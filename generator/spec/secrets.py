@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.errors import SpecIssue, dotted_field
+from generator.spec.owned import ENGINE_API_KEY, ENGINE_API_KEY_FIX, ENGINE_API_KEY_REFUSAL
 from generator.spec.secret_shapes import SECRET_VALUE, names_a_secret, plain_setting
 from generator.spec.source import HF_TOKEN
 
@@ -59,6 +60,8 @@ def _mapping(node: dict[object, object], path: tuple[int | str, ...]) -> Iterato
             found = list(inline_secrets(value, child))
             problem = "would write the token into the spec and the compose file"
             yield from found or [SpecIssue(dotted_field(child), problem, TOKEN_FIX)]
+        elif path[-1:] == ("env",) and key == ENGINE_API_KEY:
+            yield SpecIssue(dotted_field(child), ENGINE_API_KEY_REFUSAL, ENGINE_API_KEY_FIX)
         elif path[-1:] == ("env",) and _credential_env(key, value):
             problem = "names a credential: its value would be written into compose.yaml"
             yield SpecIssue(dotted_field(child), f"{problem} and plan.json", SECRET_FIX)
@@ -93,11 +96,18 @@ def _credential_args(args: list[object], path: tuple[int | str, ...]) -> Iterato
             and _has_value(arg, following)
         ):
             flag = arg.split("=", 1)[0]
+            if (
+                flag.replace("_", "-") == "--api-key"
+            ):  # vLLM's own key: no secret_env can carry it either
+                yield SpecIssue(
+                    dotted_field((*path, index)), ENGINE_API_KEY_REFUSAL, ENGINE_API_KEY_FIX
+                )
+                continue
             yield SpecIssue(
                 dotted_field((*path, index)),
                 f"passes a credential on the command line ({flag}), which would be written "
                 "into compose.yaml and plan.json",
-                f"{SECRET_FIX} (vLLM reads its API key from VLLM_API_KEY)",
+                SECRET_FIX,
             )
 
 

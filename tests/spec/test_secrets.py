@@ -39,7 +39,7 @@ def refusal(data: dict[str, Any], *overrides: str) -> str:
 @pytest.mark.parametrize(
     ("env", "field"),
     [
-        ({"VLLM_API_KEY": "anything-at-all"}, "prefill.env.VLLM_API_KEY"),
+        ({"OPENAI_API_KEY": "anything-at-all"}, "prefill.env.OPENAI_API_KEY"),
         ({"AWS_SECRET_ACCESS_KEY": AWS_SECRET}, "prefill.env.AWS_SECRET_ACCESS_KEY"),
         ({"AWS_SESSION_TOKEN": "FwoGZXIvYXdzE"}, "prefill.env.AWS_SESSION_TOKEN"),
         ({"DB_PASSWORD": "hunter2"}, "prefill.env.DB_PASSWORD"),
@@ -127,9 +127,17 @@ def test_secret_env_names_the_variable_and_never_holds_it() -> None:
 
 
 def test_an_engine_api_key_is_refused_until_the_routers_send_one() -> None:
-    message = refusal(spec_dict(), "decode.secret_env=[VLLM_API_KEY]")
-    assert "decode.secret_env[0]" in message
-    assert "401" in message
+    """Wherever it is given: no fix may point to another place that is refused too."""
+    for override, field in (
+        ("decode.secret_env=[VLLM_API_KEY]", "decode.secret_env[0]"),
+        ("decode.env={VLLM_API_KEY: anything-at-all}", "decode.env.VLLM_API_KEY"),
+        ('decode.extra_args=["--api_key", "abc-secret-value"]', "decode.extra_args[0]"),
+    ):
+        message = refusal(spec_dict(), override)
+        assert f"{field}: an engine API key is not supported yet" in message
+        assert "fix: remove it; keep the engines' ports off untrusted networks" in message
+        assert "abc-secret-value" not in message
+        assert "anything-at-all" not in message
 
 
 def test_secret_env_reaches_the_process_runtime_from_the_callers_shell(
