@@ -43,10 +43,11 @@ from generator.proxy.lmcache_pd import (
     prefill_only,
 )
 from generator.proxy.notices import NoticeTimeout
+from generator.proxy.one_token import answer_alone_payload
 from generator.proxy.protocols import append_fields, decode_base, prefill_payload
 from generator.proxy.replies import read_answer, read_json
 from generator.proxy.routing import Backend, NoBackend
-from generator.proxy.sse import SSE_TYPE, relay_stream, send_events
+from generator.proxy.sse import SSE_TYPE, NotAnObject, relay_json, relay_stream, send_events
 from generator.proxy.validation import check_context
 
 __all__ = ["Exchange", "handle_generate"]
@@ -73,6 +74,7 @@ class Exchange:
     kv_id: str = ""
     model: object = None  # the client's model field, for the drain request
     drain: bytes = b""  # lmcache-pd: what makes the decoder read KV that nobody else will
+    alone: bytes = b""  # lmcache-pd: the request for the decoder alone (a full context)
     facts: RequestFacts = _NO_FACTS
     prefill: bytes = b""  # the prefill payload
     decode: bytes = b""  # the decoder payload without the fields the prefill decides
@@ -82,7 +84,7 @@ class Exchange:
 
     def drop_payloads(self) -> None:
         """The decoder has the request: the payloads' memory and budget are free again."""
-        self.prefill = self.decode = b""
+        self.prefill = self.decode = self.alone = b""
         self.held.release()
 
 
@@ -132,11 +134,13 @@ async def handle_generate(
 
 async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     prefiller, decoder = _choose(ctx, exchange.request)
-    await _prepare(ctx, exchange, decoder)
     exchange.forward = ctx.auth(exchange.request) | {
         "X-Request-Id": exchange.kv_id,
         "Content-Type": _JSON,
     }
+    await _prepare(ctx, exchange, prefiller, decoder)
+    if exchange.alone:
+        return await _decoder_alone(ctx, exchange, decoder)
     prefilled, prefiller = await _prefill(ctx, exchange, prefiller)
     exchange.prefill = b""
     exchange.answers.release()  # parsed already: its bytes are gone
@@ -149,8 +153,14 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
 
 
-async def _prepare(ctx: Context, exchange: Exchange, decoder: Backend[DecoderConfig]) -> None:
-    """Body -> both payloads; the parsed request is gone when this returns."""
+async def _prepare(
+    ctx: Context,
+    exchange: Exchange,
+    prefiller: Backend[Any],
+    decoder: Backend[DecoderConfig],
+) -> None:
+    """Body -> both payloads (or, lmcache-pd, the decoder's alone); the parsed request is
+    gone when this returns."""
     limits, timeouts = ctx.config.limits, ctx.config.timeouts
     raw = await read_body(exchange.request, limits, timeouts, exchange.held)
     lmcache = ctx.config.protocol == "lmcache-pd"
@@ -158,6 +168,18 @@ async def _prepare(ctx: Context, exchange: Exchange, decoder: Backend[DecoderCon
     del raw
     check_context(exchange.facts, decoder.max_model_len)
     exchange.model = body.get("model")
+    if lmcache:
+        exchange.alone = await answer_alone_payload(
+            ctx,
+            body,
+            exchange.facts,
+            chat=exchange.chat,
+            prefiller=prefiller,
+            headers=exchange.forward,
+            max_model_len=decoder.max_model_len,
+        )
+        if exchange.alone:
+            return
     exchange.prefill = prefill_payload(
         ctx.config.protocol,
         body,
@@ -242,6 +264,15 @@ async def _prefill_once(
     if not isinstance(answer, dict):
         raise ProxyError(502, "prefill_failed", f"{prefiller.name} answered a non-object")
     return answer
+
+
+async def _decoder_alone(
+    ctx: Context, exchange: Exchange, decoder: Backend[DecoderConfig]
+) -> web.StreamResponse:
+    """lmcache-pd, a prompt that fills the context (one_token.py): the decoder's own one-token
+    answer, and no KV moves."""
+    exchange.headers["X-Xpyd-Decode"] = decoder.name
+    return await _decode(ctx, exchange, exchange.endpoint, exchange.alone, decoder, converter=None)
 
 
 async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -> None:
@@ -390,10 +421,22 @@ async def _relay(
         raise ProxyError(
             502, "decode_failed", f"{name} answered a stream with {reply.content_type}"
         )
+    if reply.status == 200 and converter is None and reply.content_type == _JSON:
+        try:  # the proxy adds nothing: passed on as it arrives, whatever its size
+            return await relay_json(
+                exchange.request,
+                exchange.headers,
+                reply,
+                decoder=name,
+                metrics=ctx.metrics,
+                idle_s=ctx.config.timeouts.backend_idle_s,
+            )
+        except NotAnObject as exc:
+            raise ProxyError(502, "decode_failed", f"{name} {exc}") from exc
     raw, answer = await read_json(
         reply, role=role, backend=name, redact=ctx.redact, held=exchange.answers
     )
-    if converter is None:
+    if converter is None:  # a 200 JSON answer labelled otherwise: checked whole, as before
         if not isinstance(answer, dict):
             raise ProxyError(502, "decode_failed", f"{name} answered a non-object")
         return web.Response(body=raw, content_type=_JSON, headers=exchange.headers)

@@ -1,5 +1,7 @@
-"""Server-sent events to the client: relaying a decoder's stream, with a final error event
-when the decoder breaks mid-stream (the seed proxy ended such streams silently).
+"""Answers relayed to the client as they arrive: a decoder's server-sent events, with a final
+error event when the decoder breaks mid-stream (the seed proxy ended such streams silently);
+and a non-streamed JSON answer the proxy adds nothing to (nixl-mp), so that its size never
+becomes the proxy's memory.
 
 A stream that moves nothing for ``idle_s`` ends: a decoder that stopped sending, or a client
 that stopped reading (its socket buffer full, every write waits). Either way the decoder
@@ -17,12 +19,14 @@ from generator.proxy import fastjson
 from generator.proxy.lmcache_pd import StreamConverter
 from generator.proxy.metrics import ProxyMetrics
 
-__all__ = ["SSE_TYPE", "relay_stream", "send_events"]
+__all__ = ["SSE_TYPE", "NotAnObject", "relay_json", "relay_stream", "send_events"]
 
 SSE_TYPE = "text/event-stream"
+_JSON_TYPE = "application/json"
 _SSE_HEADERS = {"Content-Type": SSE_TYPE, "Cache-Control": "no-cache"}
 _LAST_WRITE_S = 5.0  # the closing events: a client that cannot take them in 5 s is stalled
 _SMALL_WRITE = 16 * 1024  # below aiohttp's 64 KiB high-water mark: never waits on its own
+_LEADING_SPACE_BYTES = 64 * 1024  # before a JSON answer's "{": more is not an answer
 
 
 async def send_events(
@@ -68,6 +72,64 @@ async def relay_stream(
         # with` closes the decoder connection, which aborts its request if still running.
         metrics.of(metrics.errors, "client_disconnect", decoder).inc()
     return out
+
+
+class NotAnObject(Exception):
+    """A 200 "JSON" answer that does not begin as a JSON object."""
+
+
+async def relay_json(
+    request: web.Request,
+    headers: dict[str, str],
+    reply: aiohttp.ClientResponse,
+    *,
+    decoder: str,
+    metrics: ProxyMetrics,
+    idle_s: float,
+) -> web.StreamResponse:
+    """A decoder's non-streamed 200 answer, passed on chunk by chunk. Only its start is checked
+    (a JSON object: NotAnObject before anything is sent); a decoder that breaks off later gets
+    the client's connection cut, never a truncated answer that looks whole."""
+    opening = await _opening(reply)
+    out = web.StreamResponse(status=200, headers=headers | {"Content-Type": _JSON_TYPE})
+    if reply.content_length is not None:
+        out.content_length = reply.content_length
+    await out.prepare(request)
+    try:
+        await _write(request, out, opening, idle_s)
+        failure = await _copy(request, reply, out, None, idle_s)
+        if failure is None:
+            await _write(request, out, None, _LAST_WRITE_S)
+            return out
+        metrics.of(metrics.errors, failure, decoder).inc()
+    except _Stalled:
+        metrics.of(metrics.errors, "client_stalled", decoder).inc()
+    except ConnectionResetError:
+        metrics.of(metrics.errors, "client_disconnect", decoder).inc()
+        return out
+    if request.transport is not None:
+        request.transport.abort()
+    return out
+
+
+async def _opening(reply: aiohttp.ClientResponse) -> bytes:
+    """The answer's first bytes, up to and including its first non-space one, which must be
+    "{"; NotAnObject otherwise."""
+    seen = b""
+    while len(seen) <= _LEADING_SPACE_BYTES:
+        try:
+            chunk = await reply.content.readany()
+        except aiohttp.ClientError as exc:
+            raise NotAnObject("its answer broke off before it began") from exc
+        if not chunk:
+            break
+        seen += chunk
+        start = seen.lstrip()
+        if start:
+            if start[:1] != b"{":
+                break
+            return seen
+    raise NotAnObject("answered a non-object")
 
 
 class _Stalled(Exception):

@@ -263,6 +263,10 @@ def diff_rendered(rendered: RenderedStack, root: Path) -> list[str]:
             problems.append(f"{owned / path}: not rendered any more (stale)")
     for path, text in sorted(rendered.files.items()):
         disk = root / path
+        link = _first_link(root, path)
+        if link is not None:  # what it points to is not what render would write there
+            problems.append(f"{path}: {link} is a symbolic link, not rendered output")
+            continue
         if not disk.is_file():
             problems.append(f"{path}: missing")
             continue
@@ -270,6 +274,13 @@ def diff_rendered(rendered: RenderedStack, root: Path) -> list[str]:
         if current != text:
             problems.append(f"{path}: differs\n{_diff(current, text, str(path))}")
     return problems
+
+
+def _first_link(root: Path, path: PurePosixPath) -> PurePosixPath | None:
+    for depth in range(1, len(path.parts) + 1):
+        if root.joinpath(*path.parts[:depth]).is_symlink():
+            return PurePosixPath(*path.parts[:depth])
+    return None
 
 
 def _under(rendered: RenderedStack, owned: PurePosixPath) -> set[PurePosixPath]:

@@ -7,11 +7,16 @@ each send a ``--body-mb`` MB body (half with Content-Length, half chunked: the p
 answer 413 without holding them), /health is polled every 200 ms (2 s timeout), and the
 proxy's RSS is sampled every 100 ms. Bounded in count and in time (``--deadline-s``).
 
-Targets (issue 8): peak proxy RSS < 300 MB, no failed stream, every huge body refused without
-being held (413; or 503 + Retry-After while the proxy's body budget is full), no failed health
-check. Exit 1 if one is missed.
+Then ``--answers`` concurrent non-streamed requests whose decode answers are ``--answer-mb``
+MB each (the stand-in pads them): the proxy passes them on as they arrive.
+
+Targets (issues 8 and 17): peak proxy RSS < 300 MB, no failed stream, every huge body refused
+without being held (413; or 503 + Retry-After while the proxy's body budget is full), no failed
+health check, every large answer whole with the proxy's RSS < 300 MB during them and back
+within 50 MB of before after. Exit 1 if one is missed.
 
 Run: python tests/benchmarks/soak_proxy.py [--streams 1000] [--rounds 2] [--bodies 10]
+     [--answers 10] [--answer-mb 60]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 PREFILL_PORT, DECODE_PORT, PROXY_PORT = 18821, 18822, 18831
 BASE = f"http://127.0.0.1:{PROXY_PORT}"
 RSS_TARGET_MB = 300
+RSS_LEFT_AFTER_ANSWERS_MB = 50
 
 
 @dataclass
@@ -46,6 +52,10 @@ class Tally:
     health_failures: int = 0
     health_slowest_s: float = 0.0
     rss_peak_mb: float = 0.0
+    answers: Counter[str] = field(default_factory=Counter)
+    rss_before_answers_mb: float = 0.0
+    rss_peak_answers_mb: float = 0.0
+    rss_after_answers_mb: float = 0.0
 
 
 def rss_mb(pid: int) -> float:
@@ -55,9 +65,9 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def sample_rss(pid: int, tally: Tally) -> None:
+async def sample_rss(pid: int, tally: Tally, attr: str = "rss_peak_mb") -> None:
     while True:
-        tally.rss_peak_mb = max(tally.rss_peak_mb, rss_mb(pid))
+        setattr(tally, attr, max(getattr(tally, attr), rss_mb(pid)))
         await asyncio.sleep(0.1)
 
 
@@ -144,6 +154,39 @@ async def soak(args: argparse.Namespace, proxy_pid: int) -> Tally:
     return tally
 
 
+async def one_large_answer(
+    client: aiohttp.ClientSession, body: bytes, expected_mb: int, tally: Tally
+) -> None:
+    try:
+        async with client.post(
+            f"{BASE}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        ) as reply:
+            raw = await reply.read()
+        if reply.status != 200:
+            tally.answers[f"status {reply.status}"] += 1
+        elif len(json.loads(raw)["choices"][0]["text"]) < expected_mb * 10**6 * 0.99:
+            tally.answers["short answer"] += 1
+        else:
+            tally.answers["ok"] += 1
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        tally.answers[type(exc).__name__] += 1
+
+
+async def large_answers(args: argparse.Namespace, proxy_pid: int, tally: Tally) -> None:
+    body = json.dumps({"model": "m", "prompt": "large", "max_tokens": 16}).encode()
+    await asyncio.sleep(2)  # what the soak left behind settles first
+    tally.rss_before_answers_mb = rss_mb(proxy_pid)
+    sampler = asyncio.create_task(sample_rss(proxy_pid, tally, "rss_peak_answers_mb"))
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(timeout=timeout) as client:
+        await asyncio.gather(
+            *(one_large_answer(client, body, args.answer_mb, tally) for _ in range(args.answers))
+        )
+    sampler.cancel()
+    await asyncio.sleep(2)
+    tally.rss_after_answers_mb = rss_mb(proxy_pid)
+
+
 def start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
 
@@ -187,14 +230,24 @@ def report(tally: Tally, args: argparse.Namespace, proxy_pid: int, seconds: floa
     print(f"huge bodies: {dict(tally.bodies)}")
     print(f"/health: {tally.health_failures} failed of {tally.health_checks}, "
           f"slowest {tally.health_slowest_s * 1000:.0f} ms")  # fmt: skip
+    print(f"{args.answers} concurrent {args.answer_mb} MB answers: {dict(tally.answers)}; proxy "
+          f"RSS {tally.rss_before_answers_mb:.0f} MB before, peak "
+          f"{tally.rss_peak_answers_mb:.0f} MB, {tally.rss_after_answers_mb:.0f} MB after")  # fmt: skip
+    answers_ok = (
+        tally.answers["ok"] == args.answers
+        and tally.rss_peak_answers_mb < RSS_TARGET_MB
+        and tally.rss_after_answers_mb - tally.rss_before_answers_mb < RSS_LEFT_AFTER_ANSWERS_MB
+    )
     ok = (
         tally.rss_peak_mb < RSS_TARGET_MB
         and bad_streams == 0
         and refused == args.bodies
         and tally.health_failures == 0
+        and answers_ok
     )
     print(f"targets (RSS < {RSS_TARGET_MB} MB, 0 failed streams, every huge body 413/503, "
-          f"0 failed health checks): {'OK' if ok else 'MISSED'}")  # fmt: skip
+          f"0 failed health checks, every large answer whole, RSS < {RSS_TARGET_MB} MB during "
+          f"and +< {RSS_LEFT_AFTER_ANSWERS_MB} MB after): {'OK' if ok else 'MISSED'}")  # fmt: skip
     return ok
 
 
@@ -206,6 +259,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--bodies", type=int, default=10)
     parser.add_argument("--body-mb", type=int, default=50)
+    parser.add_argument("--answers", type=int, default=10)
+    parser.add_argument("--answer-mb", type=int, default=60)
     parser.add_argument("--deadline-s", type=float, default=300)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -214,7 +269,7 @@ def main() -> int:
     _fast_event_loop()
     backends = start(
         [sys.executable, str(HERE / "standin_backend.py"), str(PREFILL_PORT), str(DECODE_PORT),
-         "--event-gap-ms", "200"],
+         "--event-gap-ms", "200", "--answer-mb", str(args.answer_mb)],
         scratch / "standin.log",
     )  # fmt: skip
     proxy = start(
@@ -226,6 +281,7 @@ def main() -> int:
         asyncio.run(wait_ready(f"{BASE}/ready"))
         started = time.monotonic()
         tally = asyncio.run(asyncio.wait_for(soak(args, proxy.pid), args.deadline_s))
+        asyncio.run(asyncio.wait_for(large_answers(args, proxy.pid, tally), args.deadline_s))
         ok = report(tally, args, proxy.pid, time.monotonic() - started)
     finally:
         proxy.terminate()

@@ -7,7 +7,8 @@ real tests run against real vLLM engines. Minimal HTTP/1.1 keep-alive over async
     python standin_backend.py PORT [PORT ...] [--event-gap-ms N]
 
 --event-gap-ms spaces a stream's events N ms apart (soak_proxy.py: many long-lived streams);
-without it every answer goes out at once.
+without it every answer goes out at once. --answer-mb N pads every non-streamed decode answer
+to about N MB (soak_proxy.py: large answers must not become the proxy's memory).
 """
 
 from __future__ import annotations
@@ -69,8 +70,15 @@ _SSE_HEAD = (
 _SSE_ANSWER = _SSE_HEAD + _SSE
 
 
+def _padded_completion(megabytes: int) -> bytes:
+    answer = json.loads(_COMPLETION)
+    answer["choices"][0]["text"] = " tok" * (megabytes * 10**6 // 4)
+    return json.dumps(answer).encode()
+
+
 class StandIn(asyncio.Protocol):
     event_gap_s = 0.0  # set from --event-gap-ms
+    completion = _COMPLETION  # replaced by a padded one with --answer-mb
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
@@ -114,8 +122,8 @@ class StandIn(asyncio.Protocol):
             loop = asyncio.get_running_loop()
             self.pending = loop.call_later(self.event_gap_s, self._send_events, parts)
 
-    @staticmethod
-    def _answer(path: bytes, body: bytes) -> bytes:
+    @classmethod
+    def _answer(cls, path: bytes, body: bytes) -> bytes:
         if path == b"/health":
             return _HEALTH
         if path == b"/v1/models":
@@ -130,7 +138,7 @@ class StandIn(asyncio.Protocol):
             return _response(b"200 OK", _PREFILL)
         if b'"stream": true' in body or b'"stream":true' in body:
             return _SSE_ANSWER
-        return _response(b"200 OK", _COMPLETION)
+        return _response(b"200 OK", cls.completion)
 
 
 async def main(ports: list[int]) -> None:
@@ -144,8 +152,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("ports", type=int, nargs="+")
     parser.add_argument("--event-gap-ms", type=float, default=0.0)
+    parser.add_argument("--answer-mb", type=int, default=0)
     args = parser.parse_args()
     StandIn.event_gap_s = args.event_gap_ms / 1000
+    if args.answer_mb:
+        StandIn.completion = _padded_completion(args.answer_mb)
     try:
         import uvloop
 

@@ -1,6 +1,9 @@
 """The cpu-lmcache-pd stack for real: LMCache's own P/D transfer on vLLM's CPU build, driven
 by our proxy (disagg_spec, ZMQ notices, first token from the prefiller), with the CPU KV
-connector in the engine images; and the connector's own check inside the image."""
+connector in the engine images; the connector's own check inside the image; and, last (issue
+17), the stack still serving normal requests after attacks on its proxy: hostile messages on
+the KV-notice port (class 1) and requests whose decode step vLLM refuses after the KV was
+pushed, or would refuse (class 2). One stack up for all of it."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from tests.integration.conftest import ROOT, cli
 pytestmark = pytest.mark.stack
 STACK, PROJECT = "cpu-lmcache-pd", "xpyd-cpu-lmcache-pd"
 RUN_ID = f"pytest-lmpd-{int(time.time())}"
+DECODER = "http://127.0.0.1:7200"
 
 
 @pytest.fixture(scope="module")
@@ -82,16 +86,15 @@ def test_pd_outputs_equal_a_plain_run_over_prompt_lengths(stack_up: dict[str, An
     token came from the prefiller."""
     import httpx
 
-    decoder = "http://127.0.0.1:7200"
     body = {"model": "tiny-llama", "max_tokens": 16, "temperature": 0, "ignore_eos": True}
     with httpx.Client(timeout=120) as client:
         for length in LENGTHS:
             prompt = [10 + (7 * i + length) % 2000 for i in range(length)]
-            before = client.get(f"{decoder}/metrics").text
+            before = client.get(f"{DECODER}/metrics").text
             pd = client.post("http://127.0.0.1:8100/v1/completions", json=body | {"prompt": prompt})
             assert pd.status_code == 200, pd.text
-            after = client.get(f"{decoder}/metrics").text
-            plain = client.post(f"{decoder}/v1/completions", json=body | {"prompt": prompt})
+            after = client.get(f"{DECODER}/metrics").text
+            plain = client.post(f"{DECODER}/v1/completions", json=body | {"prompt": prompt})
             assert plain.status_code == 200, plain.text
             assert pd.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"], length
             moved = _counter(after, "external_kv_transfer") - _counter(
@@ -108,3 +111,126 @@ def _counter(metrics: str, source: str) -> float:
         if line.startswith(prefix) and f'source="{source}"' in line
     ]
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+# Issue 17: attacks, after every other test of this module.
+PROXY = "http://127.0.0.1:8100"
+MODEL = "tiny-llama"
+LONG_PROMPT = [10 + (7 * i) % 2000 for i in range(1500)]
+# KV never read stays in the decoder's 16 MiB receive buffer (the stack's
+# lmcache.pd.decode_buffer_bytes); once it is full, no notice comes again and every request
+# ends in a 504. 2000 tokens of the tiny model are ~1 MiB of KV, so 24 different prompts
+# (LMCache keys KV by content: a repeated prompt allocates nothing) overflow it by half
+# unless each is read.
+DRAINED_PROMPTS = [[10 + n] + [10 + (11 * i) % 2000 for i in range(1999)] for n in range(24)]
+FULL_PROMPTS = [[10 + n] + [10 + (13 * i) % 2000 for i in range(2046)] for n in range(3)]
+
+# Sent to the notice port from inside the router's container (the stack's network, where a
+# prefiller sends from). Each used to kill the listener or swell the proxy.
+NOTICE_ATTACKS = r"""
+import msgpack, time, zmq
+nested = "x"
+for _ in range(1000):
+    nested = [nested]
+sock = zmq.Context().socket(zmq.PUSH)
+sock.connect("tcp://127.0.0.1:7500")
+for payload in [
+    msgpack.packb({"type": "ProxyNotif", "req_id": nested}),
+    msgpack.packb({"type": "ProxyNotif", "req_id": 7}),
+    msgpack.packb(["ProxyNotif", "x"]),
+    b"\xc1\x00garbage",
+    b"\xdd\xff\xff\xff\xff",
+]:
+    sock.send(payload)
+sock.send(b"\x00" * (64 * 2**20))  # over the size bound: dropped by ZMQ, never read
+time.sleep(1)
+sock.close(linger=2000)
+print("sent")
+"""
+
+
+def normal_requests_work() -> None:
+    import httpx
+
+    with httpx.Client(base_url=PROXY, timeout=120) as client:
+        done = client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": LONG_PROMPT, "max_tokens": 8, "temperature": 0},
+        )
+        assert done.status_code == 200, done.text
+        assert done.json()["usage"]["completion_tokens"] == 8
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        answer = client.post("/v1/chat/completions", json=chat)
+        assert answer.status_code == 200, answer.text
+        with client.stream("POST", "/v1/completions", json=chat_free(stream=True)) as events:
+            assert events.status_code == 200
+            body = "".join(events.iter_text())
+        assert body.rstrip().endswith("data: [DONE]"), body[-300:]
+        assert client.get("/ready").status_code == 200
+
+
+def chat_free(*, stream: bool) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 6, "stream": stream}
+
+
+def test_the_notice_listener_survives_hostile_messages(stack_up: dict[str, Any]) -> None:
+    import httpx
+
+    stack = ComposeStack(ROOT / "compose" / STACK / "compose.yaml", PROJECT)
+    assert "sent" in stack.execute("router", ["python3", "-c", NOTICE_ATTACKS])
+    metrics = httpx.get(f"{PROXY}/metrics", timeout=10).text
+    assert 'xpyd_proxy_kv_notices{outcome="rejected"} 5.0' in metrics
+    ready = httpx.get(f"{PROXY}/ready", timeout=10).json()
+    assert ready["kv_notices_listening"] is True
+    normal_requests_work()
+
+
+REFUSED_BEFORE_PREFILL: list[dict[str, Any]] = [
+    {"max_tokens": 0},
+    {"max_tokens": -1},
+    {"max_tokens": 1e20},
+    {"max_tokens": 5, "min_tokens": 6},
+    {"stream_options": {"include_usage": True}},  # without stream
+    {"n": 2},
+]
+
+
+def test_decoder_refusals_strand_no_kv(stack_up: dict[str, Any]) -> None:
+    import httpx
+
+    with httpx.Client(base_url=PROXY, timeout=120) as client:
+        for fields in REFUSED_BEFORE_PREFILL:
+            reply = client.post("/v1/completions", json=chat_free(stream=False) | fields)
+            assert reply.status_code == 400, (fields, reply.text)
+            assert reply.json()["error"]["code"] == 400
+        # Valid for vLLM: must work through P/D too.
+        same = chat_free(stream=False) | {"max_tokens": 4, "min_tokens": 4}
+        assert client.post("/v1/completions", json=same).status_code == 200
+        # Past max_model_len (2048) before the prompt is counted: refused before the prefill.
+        huge = chat_free(stream=False) | {"max_tokens": 10**6}
+        assert client.post("/v1/completions", json=huge).status_code == 400
+        # Valid for vLLM (it makes one token), but prompt + first token fill the context: the
+        # decoder could never read the last chunk of that KV, so it answers alone.
+        kv_before = _counter(client.get(f"{DECODER}/metrics").text, "external_kv_transfer")
+        for prompt in FULL_PROMPTS:
+            reply = client.post("/v1/completions", json={"model": MODEL, "prompt": prompt})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["usage"]["completion_tokens"] == 1
+            assert reply.headers["X-Xpyd-Decode"] == "decode-0"
+            assert "X-Xpyd-Prefill" not in reply.headers
+        assert _counter(client.get(f"{DECODER}/metrics").text, "external_kv_transfer") == kv_before
+        # The first token ends the answer (a stop token, forced by logit_bias) after the KV
+        # was pushed: the proxy makes the decoder read (drain) it.
+        for prompt in DRAINED_PROMPTS:
+            ends = {"logit_bias": {"1000": 100}, "stop_token_ids": [1000], "max_tokens": 50}
+            reply = client.post("/v1/completions", json={"model": MODEL, "prompt": prompt} | ends)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["choices"][0]["finish_reason"] == "stop"
+        time.sleep(2)  # the drains run in the background
+        drained = _counter(client.get(f"{DECODER}/metrics").text, "external_kv_transfer")
+    # The decoder read the KV of every prompt, whole.
+    assert drained - kv_before == len(DRAINED_PROMPTS) * 2000
+    normal_requests_work()
+    metrics = httpx.get(f"{PROXY}/metrics", timeout=10).text
+    assert "kv_notice_timeout" not in metrics
+    assert 'stage="decode_drain"' not in metrics

@@ -24,7 +24,9 @@ from aiohttp.test_utils import TestServer
 #   html_500      500 with an HTML page that names its own address
 #   json_400      vLLM's 400 error body, its message naming its own URL
 #   garbage_sse   200 event stream whose events are not JSON
-Misbehaviour = Literal["hang", "stall", "flood", "html", "html_500", "json_400", "garbage_sse"]
+Misbehaviour = Literal[
+    "hang", "stall", "flood", "html", "html_500", "json_400", "garbage_sse", "json_list", "json_cut"
+]
 
 
 @dataclass
@@ -39,6 +41,10 @@ class FakeBackend:
     # Refuses (400, as vLLM does) a request whose token-id prompt plus max_tokens exceeds this.
     max_model_len: int | None = None
     answer_padding_bytes: int = 0  # makes each non-streamed answer this much larger
+    # What /tokenize counts for any prompt: 3, as many as the stand-in prefiller's prompt ids
+    # (None: no /tokenize, 404, as an engine without one).
+    tokenize_count: int | None = 3
+    tokenized: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0  # requests whose connection the proxy closed before they ended
     in_flight: int = 0
     server: TestServer | None = None
@@ -57,12 +63,20 @@ class FakeBackend:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.generate)
         app.router.add_post("/v1/chat/completions", self.generate)
+        app.router.add_post("/tokenize", self.tokenize)
         self.server = TestServer(app)
         await self.server.start_server()
         return self
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        if self.tokenize_count is None:
+            raise web.HTTPNotFound
+        self.tokenized.append(await request.json())
+        count = self.tokenize_count
+        return web.json_response({"count": count, "tokens": list(range(count))})
 
     async def models(self, _: web.Request) -> web.Response:
         card: dict[str, Any] = {"id": "m"}
@@ -95,6 +109,15 @@ class FakeBackend:
         if how == "json_400":
             error = {"message": f"context too long at {self.url}", "type": "BadRequestError"}
             return web.json_response({"error": error | {"code": 400}}, status=400)
+        if how == "json_list":
+            return web.json_response(["not", "a", "completion"])
+        if how == "json_cut":  # a decoder dying halfway through a non-streamed answer
+            cut = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await cut.prepare(request)
+            await cut.write(b'{"id": "cmpl-cut", "choices": [{"text": "' + b"x" * 65536)
+            assert request.transport is not None
+            request.transport.close()
+            return cut
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
         if how == "garbage_sse":

@@ -13,6 +13,7 @@ from tests.proxy.fakes import FakeBackend, Misbehaviour
 from tests.proxy.harness import (
     assert_openai_error,
     backend_addresses,
+    eventually,
     free_port,
     nixl_config,
     nothing_held,
@@ -37,6 +38,7 @@ BODY = {"model": "m", "prompt": "x", "max_tokens": 5}
         ("decode", "html_500", True, 502),
         ("decode", "json_400", False, 400),
         ("decode", "garbage_sse", False, 502),  # asked for JSON, got a stream
+        ("decode", "json_list", False, 502),  # JSON, but not an answer
     ],
 )
 async def test_a_misbehaving_backend_gives_an_openai_error_without_its_address(
@@ -51,6 +53,25 @@ async def test_a_misbehaving_backend_gives_an_openai_error_without_its_address(
         assert error["message"] == f"context too long at {side[0]}0"
         assert error["type"] == "BadRequestError"
     assert nothing_held(proxy)
+    await server.close()
+
+
+async def test_a_decoder_that_breaks_off_a_passed_on_answer_cuts_the_connection(
+    backends: list[FakeBackend],
+) -> None:
+    """nixl-mp answers pass through as they arrive: one cut halfway cannot become an error
+    any more (its first bytes are sent), so the client's connection is cut too, never ended
+    as if the answer were whole."""
+    p0, _, d0, _ = backends
+    d0.misbehave = "json_cut"
+    proxy, server = await serve(nixl_config([p0], [d0]))
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await post(server, "/v1/completions", BODY)
+    await eventually(lambda: nothing_held(proxy))
+    failed = proxy.ctx.metrics.registry.get_sample_value(
+        "xpyd_proxy_errors_total", {"stage": "decode_stream", "backend": "d0"}
+    )
+    assert failed == 1
     await server.close()
 
 

@@ -101,7 +101,7 @@ ROUTES = st.sampled_from(
     + [("GET", "/v1/completions"), ("DELETE", "/v1/models"), ("POST", "/v1/nope"), ("GET", "/")]
 )
 MISBEHAVIOURS: st.SearchStrategy[Misbehaviour | None] = st.sampled_from(
-    [None, None, None, "html", "html_500", "json_400", "garbage_sse"]
+    [None, None, None, "html", "html_500", "json_400", "garbage_sse", "json_list"]
 )
 
 

@@ -150,13 +150,35 @@ async def test_max_tokens_past_the_decoders_context_is_refused_before_the_prefil
     await server.close()
 
 
-async def test_a_prompt_that_fills_the_context_ends_after_the_first_token(
+async def test_a_prompt_that_fills_the_context_is_answered_by_the_decoder_alone(
     backends: list[FakeBackend],
 ) -> None:
-    """vLLM alone makes one token when prompt + 1 fills max_model_len; the decoder would refuse
-    a request with no room left, so the prefiller's token is the answer and the drain is cut
-    to fit (the stand-in prefiller's prompt is 3 tokens)."""
+    """vLLM alone makes one token when prompt + 1 fills max_model_len; through P/D the KV of
+    such a prompt could never be read whole (its last chunk stays in the decoder's buffer), so
+    the decoder, once the prefiller's /tokenize says the prompt is 3 tokens, answers alone."""
     p0, _, d0, _ = backends
+    d0.max_model_len = 4
+    server = await serve_lmcache_pd(p0, d0)
+    status, headers, raw = await post(server, "/v1/completions", PROMPT | {"max_tokens": 3})
+    assert status == 200, raw
+    assert json.loads(raw)["choices"][0]["text"] == "d0"  # the decoder's own answer
+    assert headers["X-Xpyd-Decode"] == "d0"
+    assert "X-Xpyd-Prefill" not in headers
+    assert p0.tokenized == [{"model": "m", "prompt": "x"}]
+    assert p0.seen == []  # no prefill, no KV push
+    (alone,) = d0.seen
+    assert "kv_transfer_params" not in alone
+    assert alone["max_tokens"] == 1  # the room the context leaves, as vLLM clamps it
+    await server.close()
+
+
+async def test_without_a_tokenizer_a_full_context_falls_back_to_the_drain(
+    backends: list[FakeBackend],
+) -> None:
+    """An engine that cannot count the prompt: the P/D path, then the prefiller's token is the
+    answer and the drain is cut to fit (the stand-in prefiller's prompt is 3 tokens)."""
+    p0, _, d0, _ = backends
+    p0.tokenize_count = None
     d0.max_model_len = 4
     server = await serve_lmcache_pd(p0, d0)
     status, _, raw = await post(server, "/v1/completions", PROMPT | {"max_tokens": 3})
@@ -167,6 +189,31 @@ async def test_a_prompt_that_fills_the_context_ends_after_the_first_token(
     await eventually(lambda: len(d0.seen) == 1)
     assert d0.seen[0]["prompt"] == [1, 2, 3]
     assert d0.seen[0]["max_tokens"] == 1
+    await server.close()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "pd"),
+    [
+        (list(range(96)), True),  # 96 + 1 < 100: the decoder has room
+        (list(range(98)), True),
+        (list(range(99)), False),  # 99 + 1 fills the context
+        ("short text", True),  # at most 10 + 16 tokens: not counted
+    ],
+)
+async def test_only_a_prompt_that_may_fill_the_context_is_counted(
+    backends: list[FakeBackend], prompt: object, pd: bool
+) -> None:
+    p0, _, d0, _ = backends
+    d0.max_model_len = 100
+    server = await serve_lmcache_pd(p0, d0)
+    status, _, raw = await post(server, "/v1/completions", PROMPT | {"prompt": prompt})
+    assert status == 200, raw
+    assert p0.tokenized == []  # token ids are counted by the proxy, short text bounded
+    assert len(p0.seen) == (1 if pd else 0)  # the prefill, with its KV push
+    (decoded,) = d0.seen
+    assert ("kv_transfer_params" in decoded) is False
+    assert (decoded["prompt"] == [1, 2, 3, 7]) is pd  # after a prefill: its ids + first token
     await server.close()
 
 

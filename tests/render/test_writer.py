@@ -258,3 +258,20 @@ def test_a_stale_file_below_a_linked_folder_is_never_deleted(
     with pytest.raises(RenderError, match="old-host is not a plain folder"):
         write_rendered(rendered, tmp_path)
     assert (outside / "compose.yaml").read_text() == "someone else's\n"
+
+
+@pytest.mark.parametrize("linked", ["compose/cpu-1p1d", "compose/cpu-1p1d/compose.yaml"])
+def test_check_reports_links_even_to_identical_files(
+    workspace: Workspace, tmp_path: Path, linked: str
+) -> None:
+    """`render --check` reads no file through a link: render would refuse (a folder) or
+    replace (a file) it, so a link to a copy of the right content is drift all the same."""
+    rendered = cpu_stack(workspace)
+    write_rendered(rendered, tmp_path)
+    place = tmp_path / linked
+    copy = tmp_path / "elsewhere"
+    place.rename(copy)
+    place.symlink_to(copy)
+    problems = diff_rendered(rendered, tmp_path)
+    assert problems
+    assert all(f"{linked} is a symbolic link, not rendered output" in p for p in problems)
