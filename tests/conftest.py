@@ -63,7 +63,7 @@ def cpu_1p1d_image(service: str) -> str:
     from generator.plan import make_plan
     from generator.render import render_stack
     from generator.render.writer import write_rendered
-    from generator.spec import load_spec
+    from generator.stack import load_spec
     from generator.wheelhouse import fill_wheelhouse
 
     if not docker_available():

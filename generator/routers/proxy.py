@@ -51,6 +51,13 @@ class Proxy:
                 "the proxy serves /metrics on its own port",
                 "remove router.prometheus_port",
             )
+        if spec.router.extra_args:
+            yield SpecIssue(
+                "router.extra_args",
+                "the proxy takes no command-line arguments: these would be dropped",
+                "remove router.extra_args (the proxy's settings are router.policy, "
+                "router.session_header, router.port)",
+            )
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> ProxyRouterPlan:
         notify = None

@@ -13,13 +13,22 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from generator.errors import SpecIssue
+from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX
 from generator.plan.models import EnginePlan, Network, Plan, Role
 from generator.plan.parts import EngineKV, SidecarPlan, TopologyPlan
 from generator.plan.ports import PortBook
 from generator.services.model import ConfigFile
 from generator.spec import Profile, RouterKind, Spec, Topology
 
-__all__ = ["CounterRow", "EngineSite", "KvSpeedSource", "TopologyUnit", "VerdictSources"]
+__all__ = [
+    "CounterRow",
+    "EngineSite",
+    "KvSpeedSource",
+    "TopologyUnit",
+    "VerdictSources",
+    "baseline_room",
+    "foreign_settings",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,36 @@ class VerdictSources:
     object_stores: tuple[tuple[str, int], ...] = ()  # (service, http port): LMCache /status
 
 
+def foreign_settings(
+    spec: Spec, owner: Topology, sections: tuple[str, ...], port_fields: tuple[str, ...]
+) -> Iterator[SpecIssue]:
+    """``lmcache.<section>`` settings and ``ports.<field>`` bases only ``owner`` reads."""
+    for section in sections:
+        if getattr(spec.lmcache, section) is not None:
+            yield SpecIssue(
+                f"lmcache.{section}",
+                f"applies to topology {owner.value}, but this stack is {spec.topology.value}",
+                f"remove lmcache.{section}, or set topology: {owner.value}",
+            )
+    for name in sorted(spec.ports.model_fields_set & set(port_fields)):
+        yield SpecIssue(
+            f"ports.{name}",
+            f"is only used by topology {owner.value}, not {spec.topology.value}",
+            f"remove ports.{name}",
+        )
+
+
+def baseline_room(spec: Spec) -> Iterator[SpecIssue]:
+    """A P/D stack's name leaves room for its colocated baseline's (``bench --baseline``)."""
+    if len(spec.name) > PD_NAME_MAX:
+        yield SpecIssue(
+            "name",
+            f"is {len(spec.name)} characters long; a P/D stack's name has at most "
+            f"{PD_NAME_MAX}, so that bench's baseline (<name>{BASELINE_SUFFIX}) fits",
+            f"shorten it to {PD_NAME_MAX} characters or less",
+        )
+
+
 @runtime_checkable  # lets the registry test check that each unit has every member
 class TopologyUnit(Protocol):
     """One topology: everything in which lmcache-pd, nixl-mp and colocated differ."""
@@ -101,7 +140,13 @@ class TopologyUnit(Protocol):
     @property
     def extra_image_roles(self) -> tuple[str, ...]: ...
 
-    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]: ...
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        """The rules of a stack of this topology."""
+        ...
+
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        """Settings only this topology reads, found on a stack of another topology."""
+        ...
 
     def plan_settings(self, spec: Spec) -> TopologyPlan: ...
 

@@ -26,7 +26,13 @@ from generator.plan.parts import (
 from generator.plan.ports import PortBook
 from generator.services.model import ConfigFile
 from generator.spec import LMCachePDSpec, Profile, RouterKind, Spec, Topology
-from generator.topologies.base import EngineSite, KvSpeedSource, VerdictSources
+from generator.topologies.base import (
+    EngineSite,
+    KvSpeedSource,
+    VerdictSources,
+    baseline_room,
+    foreign_settings,
+)
 
 __all__ = ["LMCACHE_CONFIG_PATH", "UNIT", "LMCachePD"]
 
@@ -52,6 +58,10 @@ class LMCachePD:
                 "TP rank's KV to the decoder rank of the same number, so the sizes must match",
                 f"set prefill.tp and decode.tp to the same value (e.g. both {d_tp})",
             )
+        yield from baseline_room(spec)
+
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        return foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
 
     def plan_settings(self, spec: Spec) -> LMCachePDTopology:
         given = spec.lmcache.pd or LMCachePDSpec()

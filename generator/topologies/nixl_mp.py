@@ -23,7 +23,14 @@ from generator.plan.parts import (
 from generator.plan.ports import PortBook
 from generator.services.model import ConfigFile
 from generator.spec import LMCacheServerSpec, Profile, RouterKind, Spec, Topology
-from generator.topologies.base import CounterRow, EngineSite, KvSpeedSource, VerdictSources
+from generator.topologies.base import (
+    CounterRow,
+    EngineSite,
+    KvSpeedSource,
+    VerdictSources,
+    baseline_room,
+    foreign_settings,
+)
 
 __all__ = ["UNIT", "NixlMP", "lmcache_server_command"]
 
@@ -48,6 +55,17 @@ class NixlMP:
                 f"prefill TP {p_tp} and decode TP {d_tp}: NIXL's heterogeneous TP needs one to "
                 "divide the other",
                 "pick TP sizes where the larger is a multiple of the smaller",
+            )
+        yield from baseline_room(spec)
+
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        yield from foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
+        if "nixl" in spec.model_fields_set:
+            yield SpecIssue(
+                "nixl",
+                f"is read by the nixl-mp topology only (this stack is {spec.topology.value}; "
+                "lmcache-pd's transfer always pushes)",
+                "remove the nixl section, or set topology: nixl-mp",
             )
 
     def plan_settings(self, spec: Spec) -> NixlMPTopology:

@@ -16,7 +16,7 @@ from generator.paths import Workspace
 from generator.plan import Plan, make_plan
 from generator.render import render_stack
 from generator.services.bench import Preset, bench_command, default_preset, preset_settings
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.conftest import ROOT
 from tests.tools import run_cli
 

@@ -37,7 +37,7 @@ from generator.probes.readiness import (  # noqa: E402
 )
 from generator.routers import router_of  # noqa: E402
 from generator.services.commands import engine_command  # noqa: E402
-from generator.spec import load_spec  # noqa: E402
+from generator.stack import load_spec  # noqa: E402
 from generator.topologies import topology_of  # noqa: E402
 from generator.topologies.nixl_mp import lmcache_server_command  # noqa: E402
 

@@ -28,7 +28,7 @@ from generator.doctor.report import Verdict
 from generator.paths import Workspace
 from generator.plan import make_plan
 from generator.render import render_stack
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FACTS = EngineFacts("28.2.2", "v2.40.3", ("runc",), "runc", "/var/lib/docker", (), None)

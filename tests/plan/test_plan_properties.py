@@ -19,7 +19,7 @@ from generator.plan import (
     VllmRouterPlan,
     make_plan,
 )
-from generator.spec import parse_spec
+from generator.stack import parse_spec
 
 TP_SIZES = st.sampled_from([1, 2, 4, 8])
 

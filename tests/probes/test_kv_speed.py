@@ -6,7 +6,7 @@ from __future__ import annotations
 from generator.paths import Workspace
 from generator.plan import Plan, make_plan
 from generator.probes.kv_speed import KvCounters, kv_side, kv_speed_row
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 MIB = 1 << 20
 

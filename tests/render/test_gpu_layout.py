@@ -21,7 +21,7 @@ import yaml
 from generator.paths import Workspace
 from generator.plan import LMCachePDReceiverKV, Plan, make_plan
 from generator.render import RenderedStack, render_stack
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 
 def rendered(workspace: Workspace, stack: str, *overrides: str) -> tuple[Plan, RenderedStack]:

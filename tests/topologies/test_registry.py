@@ -11,7 +11,8 @@ import pytest
 
 from generator.plan import RouterPlan, TopologyPlan
 from generator.routers import ROUTERS, RouterUnit, router_kind
-from generator.spec import RouterKind, Topology, parse_spec
+from generator.spec import RouterKind, Topology
+from generator.stack import parse_spec
 from generator.topologies import TOPOLOGIES, TopologyUnit
 from tests.conftest import ROOT, spec_dict
 
