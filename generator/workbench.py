@@ -10,7 +10,8 @@ from pathlib import Path
 from generator.errors import XpydError
 from generator.limits import is_stack_name
 from generator.paths import Workspace, find_workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
 from generator.serializers.process import PLAN_FILE

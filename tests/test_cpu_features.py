@@ -99,7 +99,7 @@ def test_the_installed_pth_asks_in_every_new_process(tmp_path: Path) -> None:
 
 
 def test_the_cpu_engine_base_installs_it(workspace: Workspace) -> None:
-    from generator.plan import make_plan
+    from generator.planner import make_plan
     from generator.render.images import CPU_FEATURES, plan_images
     from generator.stack import load_spec
 
@@ -112,7 +112,7 @@ def test_the_cpu_engine_base_installs_it(workspace: Workspace) -> None:
 
 
 def test_no_gpu_engine_image_carries_the_workaround(workspace: Workspace) -> None:
-    from generator.plan import make_plan
+    from generator.planner import make_plan
     from generator.render.images import plan_images
     from generator.stack import load_spec
 

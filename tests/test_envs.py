@@ -10,7 +10,7 @@ from pathlib import Path
 
 from generator.envs import _see_base_venv, default_pythons, model_dir
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.spec import Profile
 from generator.stack import load_spec
 

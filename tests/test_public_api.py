@@ -21,7 +21,6 @@ PUBLIC = {
         "EnginePlan",
         "RouterPlan",
         "HostPlan",
-        "make_plan",
         "Role",
         "ModelPlan",
         "HFPlan",
@@ -29,6 +28,7 @@ PUBLIC = {
         "EngineKV",
         "SidecarPlan",
     },
+    "generator.planner": {"make_plan"},
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
     "generator.render": {
@@ -120,7 +120,7 @@ def test_public_names(module: str) -> None:
 
 
 PURE = (
-    "generator.spec, generator.stack, generator.limits, generator.plan, generator.plan.build, "
+    "generator.spec, generator.stack, generator.limits, generator.plan, generator.planner, "
     "generator.topologies, "
     "generator.routers, generator.services.build, generator.services.model, "
     "generator.serializers.compose, generator.serializers.process, generator.render, "

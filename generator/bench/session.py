@@ -19,7 +19,8 @@ from generator.cpu_features import cpu_features
 from generator.doctor.gpus import query_gpus
 from generator.errors import XpydError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.services.bench import BenchSettings, Preset
 from generator.spec import Profile, Spec
 from generator.stack import baseline_spec

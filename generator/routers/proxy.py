@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan
 from generator.plan.parts import LMCachePDReceiverKV, ProxyRouterPlan, part_of
 from generator.plan.ports import PortBook
@@ -19,8 +20,7 @@ from generator.proxy.config import (
     PolicyConfig,
     ProxyConfig,
 )
-from generator.routers.base import RouterSite
-from generator.services.model import ConfigFile
+from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite
 from generator.spec import RouterKind, Spec
 from generator.topologies import topology_of, topology_unit
 
@@ -35,7 +35,7 @@ class Proxy:
     # keep it (router.port), everything else defaults to 8100.
     default_port = 8100
     policies = ("round_robin", "least_outstanding")
-    ships_proxy = True
+    image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
     stamp: Literal["response-id", "headers"] = "headers"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:

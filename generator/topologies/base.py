@@ -14,10 +14,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from generator.errors import SpecIssue
 from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Network, Plan, Role
 from generator.plan.parts import EngineKV, SidecarPlan, TopologyPlan
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import Profile, RouterKind, Spec, Topology
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "VerdictSources",
     "baseline_room",
     "foreign_settings",
+    "kv_prompt_tokens",
+    "no_sidecar",
 ]
 
 
@@ -72,8 +74,20 @@ class VerdictSources:
     # Prompt tokens a decoder computes itself per request (lmcache-pd: the prefiller's first
     # token; NIXL hands over the prompt alone).
     local_compute_per_request: int
+    kv_prompt_tokens: int  # the smoke's KV-speed request: see ``kv_prompt_tokens``
     decode_rows: tuple[CounterRow, ...] = ()
     object_stores: tuple[tuple[str, int], ...] = ()  # (service, http port): LMCache /status
+
+
+def kv_prompt_tokens(profile: Profile, chunk_size: int) -> int:
+    """A few LMCache chunks on CPU. On GPUs a few thousand tokens (hundreds of MiB of KV): a
+    transfer of microseconds would be timed mostly by vLLM's completion polling, not the link."""
+    return 4096 if profile is not Profile.CPU else 3 * chunk_size
+
+
+def no_sidecar(kind: Topology, sidecar: SidecarPlan) -> TypeError:
+    """A topology without sidecars asked for one's command: a bug in the tool."""
+    return TypeError(f"{kind.value} plans no sidecars, yet {sidecar.service} was asked for")
 
 
 def foreign_settings(
@@ -155,6 +169,10 @@ class TopologyUnit(Protocol):
         ...
 
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]: ...
+
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        """The command of one of the engine's sidecars (those ``sidecars`` returned)."""
+        ...
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:
         """vLLM's ``--kv-transfer-config`` (None: the engine moves no KV)."""

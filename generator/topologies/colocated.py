@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 from generator.errors import SpecIssue, XpydError
 from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX, STACK_NAME_MAX
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan
 from generator.plan.parts import ColocatedTopology, NoKV, SidecarPlan
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import Profile, RouterKind, Spec, Topology
-from generator.topologies.base import EngineSite, VerdictSources
+from generator.topologies.base import EngineSite, VerdictSources, no_sidecar
 
 __all__ = ["UNIT", "Colocated", "baseline_data"]
 
@@ -47,6 +47,9 @@ class Colocated:
 
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
         return ()
+
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        raise no_sidecar(self.kind, sidecar)
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:
         return None  # no --kv-transfer-config: vLLM computes every prompt itself

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
     EngineKV,
@@ -24,7 +25,6 @@ from generator.plan.parts import (
     part_of,
 )
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import LMCachePDSpec, Profile, RouterKind, Spec, Topology
 from generator.topologies.base import (
     EngineSite,
@@ -32,6 +32,8 @@ from generator.topologies.base import (
     VerdictSources,
     baseline_room,
     foreign_settings,
+    kv_prompt_tokens,
+    no_sidecar,
 )
 
 __all__ = ["LMCACHE_CONFIG_PATH", "UNIT", "LMCachePD"]
@@ -94,6 +96,9 @@ class LMCachePD:
 
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
         return ()
+
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        raise no_sidecar(self.kind, sidecar)
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         # Seed A's settings: keep partial chunks (P/D must move every token's KV), a
@@ -159,7 +164,8 @@ class LMCachePD:
             # GPU KV moves GPU to GPU, except with LMCache's transfer buffer in host memory.
             memory="cuda" if _settings(plan).buffer_device == "cuda" else "host",
         )
-        return VerdictSources(speed, local_compute_per_request=1)
+        tokens = kv_prompt_tokens(plan.profile, _settings(plan).chunk_size)
+        return VerdictSources(speed, local_compute_per_request=1, kv_prompt_tokens=tokens)
 
 
 def _settings(plan: Plan) -> LMCachePDTopology:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
     LMCacheServerPlan,
@@ -21,7 +22,6 @@ from generator.plan.parts import (
     part_of,
 )
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import LMCacheServerSpec, Profile, RouterKind, Spec, Topology
 from generator.topologies.base import (
     CounterRow,
@@ -30,6 +30,7 @@ from generator.topologies.base import (
     VerdictSources,
     baseline_room,
     foreign_settings,
+    kv_prompt_tokens,
 )
 
 __all__ = ["UNIT", "NixlMP", "lmcache_server_command"]
@@ -106,6 +107,9 @@ class NixlMP:
             ),
         )
 
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        return lmcache_server_command(plan, engine)
+
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         server = _kv(engine).lmcache_server
         role = "kv_producer" if engine.role is Role.PREFILL else "kv_consumer"
@@ -176,7 +180,8 @@ class NixlMP:
         stores = tuple(
             (_kv(e).lmcache_server.service, _kv(e).lmcache_server.http_port) for e in plan.engines
         )
-        return VerdictSources(speed, 0, rows, stores)
+        tokens = kv_prompt_tokens(plan.profile, _settings(plan).chunk_size)
+        return VerdictSources(speed, 0, tokens, rows, stores)
 
 
 def _kv(engine: EnginePlan) -> NixlMPEngineKV:

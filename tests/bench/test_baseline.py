@@ -9,7 +9,8 @@ import pytest
 
 from generator.errors import SpecError, XpydError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.spec import Spec
 from generator.stack import baseline_spec, load_spec, parse_spec

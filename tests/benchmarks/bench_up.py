@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from python_on_whales import DockerClient  # noqa: E402, TID251 - a benchmark, not the product
 
 from generator.paths import Workspace  # noqa: E402
-from generator.plan import Plan, make_plan  # noqa: E402
+from generator.plan import Plan  # noqa: E402
+from generator.planner import make_plan  # noqa: E402
 from generator.probes import Check, run_smoke, wait_until_ready  # noqa: E402
 from generator.probes.http import read_here  # noqa: E402
 from generator.probes.readiness import (  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 from generator.cpu_features import cpu_features
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render.images import plan_images
 from generator.stack import load_spec
 

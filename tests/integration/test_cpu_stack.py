@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.probes import run_smoke
 from generator.probes.http import read_here
 from generator.stack import load_spec

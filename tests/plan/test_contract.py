@@ -8,7 +8,8 @@ import ast
 import pytest
 
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.stack import load_spec
 from tests.conftest import ROOT

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from generator.errors import PlanError, SpecError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
 from generator.stack import load_spec, parse_spec

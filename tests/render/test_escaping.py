@@ -13,7 +13,7 @@ import pytest
 
 from generator.errors import RenderError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.render.jinja import render_template
 from generator.render.writer import write_rendered

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from generator.paths import Workspace
-from generator.plan import LMCachePDReceiverKV, Plan, make_plan
+from generator.plan import LMCachePDReceiverKV, Plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.stack import load_spec
 

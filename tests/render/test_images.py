@@ -11,7 +11,7 @@ import pytest
 
 from generator.errors import RenderError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render.images import GPU_ENGINE_LOCK, ImageBuild, plan_images
 from generator.stack import load_spec
 

@@ -11,7 +11,7 @@ import pytest
 
 from generator.errors import RenderError, SpecError
 from generator.paths import RESERVED_IMAGE_DIRS, Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.manifest import MANIFEST_NAME
 from generator.render.writer import diff_rendered, write_all, write_rendered

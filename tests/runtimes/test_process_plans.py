@@ -10,7 +10,8 @@ import pytest
 
 from generator.errors import SpecError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.serializers.process import load_process_project
 from generator.stack import load_spec

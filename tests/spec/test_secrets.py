@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from generator.errors import SpecError, StackError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.runtimes.process import _passed_env
 from generator.serializers.process import load_process_project

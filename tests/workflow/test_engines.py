@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from generator.docker import LOCAL, DockerEndpoint
 from generator.errors import PlanError
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.spec import DockerAccess
 from generator.spec.identity import LOCAL_MACHINE, engine_machine
 from generator.stack import parse_spec

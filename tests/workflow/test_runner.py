@@ -12,7 +12,8 @@ import pytest
 
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
-from generator.plan import EnginePlan, make_plan
+from generator.plan import EnginePlan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.stack import load_spec
 from generator.workflow.context import RunContext, RunOptions
