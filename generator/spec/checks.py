@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from generator.errors import SpecIssue
+from generator.spec.identity import machine_address
 from generator.spec.models import (
     GroupPlacement,
     GroupSpec,
@@ -178,8 +179,6 @@ def _groups(spec: Spec) -> tuple[tuple[str, GroupSpec], ...]:
 
 
 def _hosts(spec: Spec) -> Iterator[SpecIssue]:
-    from generator.spec.identity import machine_address
-
     for attr in ("name", "address"):
         seen: set[str] = set()
         for index, host in enumerate(spec.hosts):
