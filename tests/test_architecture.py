@@ -251,3 +251,34 @@ def test_no_module_outside_a_unit_names_a_topology_or_router() -> None:
         for mention in _unit_mentions(_tree(module), module, modules, parts)
     ]
     assert found == []
+
+
+def test_a_topology_and_a_router_never_name_each_others_parts() -> None:
+    """A topology reads the router's part through its shared members (``notices_port``), a
+    router the topology's through the topology protocol (``receiver_ports``)."""
+    _, parts = _unit_names()
+    router_parts = {name for name in parts if name.endswith("RouterPlan")}
+    assert router_parts == {"ProxyRouterPlan", "VllmRouterPlan"}
+    crossings = [
+        mention
+        for package, foreign in (
+            ("generator.topologies", router_parts),
+            ("generator.routers", parts - router_parts),
+        )
+        for module in _modules()
+        if _in(module, (package,))
+        for mention in _part_mentions(_tree(module), module, foreign)
+    ]
+    assert crossings == []
+
+
+def _part_mentions(tree: ast.Module, where: str, parts: set[str]) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in parts:
+            yield f"{where}:{node.lineno} names {node.id}"
+        elif isinstance(node, ast.ImportFrom):
+            yield from (
+                f"{where}:{node.lineno} imports {alias.name}"
+                for alias in node.names
+                if alias.name in parts
+            )

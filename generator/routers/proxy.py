@@ -10,7 +10,7 @@ from typing import Literal
 from generator.errors import SpecIssue
 from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan
-from generator.plan.parts import LMCachePDReceiverKV, ProxyRouterPlan, part_of
+from generator.plan.parts import ProxyRouterPlan, part_of
 from generator.plan.ports import PortBook
 from generator.proxy.config import (
     BackendConfig,
@@ -101,7 +101,7 @@ def _config(plan: Plan) -> ProxyConfig:
         policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),
         session_header=router.session_header,
         prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],
-        decode=[_decoder(engine) for engine in plan.decode],
+        decode=[_decoder(plan, engine) for engine in plan.decode],
         notify=NotifyConfig(bind_host=_notice_bind_host(router), port=router.notify_port)
         if router.notify_port
         else None,
@@ -117,17 +117,17 @@ def _notice_bind_host(router: ProxyRouterPlan) -> str:
     return "0.0.0.0" if bridged else router.address
 
 
-def _decoder(engine: EnginePlan) -> DecoderConfig:
-    kv = engine.kv
-    if not isinstance(kv, LMCachePDReceiverKV):  # NIXL: the decoder pulls, no ports to tell
+def _decoder(plan: Plan, engine: EnginePlan) -> DecoderConfig:
+    ports = topology_of(plan).receiver_ports(engine)
+    if ports is None:  # NIXL: the decoder pulls, no ports to tell
         return DecoderConfig(name=engine.name, url=engine.url, tp=engine.tp)
     return DecoderConfig(
         name=engine.name,
         url=engine.url,
         tp=engine.tp,
-        kv_host=engine.advertise_host,
-        init_ports=list(kv.init_ports),
-        alloc_ports=list(kv.alloc_ports),
+        kv_host=ports.host,
+        init_ports=list(ports.init_ports),
+        alloc_ports=list(ports.alloc_ports),
     )
 
 

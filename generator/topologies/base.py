@@ -24,6 +24,7 @@ __all__ = [
     "CounterRow",
     "EngineSite",
     "KvSpeedSource",
+    "ReceiverPorts",
     "TopologyUnit",
     "VerdictSources",
     "baseline_room",
@@ -57,6 +58,15 @@ class KvSpeedSource:
     seconds_per_unit: float  # the seconds metric's unit, in seconds
     transfers_metric: str
     memory: Literal["host", "cuda"]  # where the KV sits (UCX's memory type)
+
+
+@dataclass(frozen=True)
+class ReceiverPorts:
+    """Where a decoder receives pushed KV, for the router to tell the prefiller (lmcache-pd)."""
+
+    host: str
+    init_ports: tuple[int, ...]  # one per TP rank
+    alloc_ports: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,10 @@ class TopologyUnit(Protocol):
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         """Ports besides vLLM's http port that a prober outside reaches (published)."""
+        ...
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        """A decoder's KV receive ports (None: the decoder pulls, or no KV moves)."""
         ...
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:

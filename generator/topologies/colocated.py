@@ -19,7 +19,7 @@ from generator.plan.models import EnginePlan, Plan
 from generator.plan.parts import ColocatedTopology, NoKV, SidecarPlan
 from generator.plan.ports import PortBook
 from generator.spec import Profile, RouterKind, Spec, Topology
-from generator.topologies.base import EngineSite, VerdictSources, no_sidecar
+from generator.topologies.base import EngineSite, ReceiverPorts, VerdictSources, no_sidecar
 
 __all__ = ["UNIT", "Colocated", "baseline_data"]
 
@@ -59,6 +59,9 @@ class Colocated:
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         return ()
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        return None
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
         return []

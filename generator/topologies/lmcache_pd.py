@@ -20,7 +20,6 @@ from generator.plan.parts import (
     LMCachePDReceiverKV,
     LMCachePDSenderKV,
     LMCachePDTopology,
-    ProxyRouterPlan,
     SidecarPlan,
     part_of,
 )
@@ -29,6 +28,7 @@ from generator.spec import LMCachePDSpec, Profile, RouterKind, Spec, Topology
 from generator.topologies.base import (
     EngineSite,
     KvSpeedSource,
+    ReceiverPorts,
     VerdictSources,
     baseline_room,
     foreign_settings,
@@ -130,6 +130,12 @@ class LMCachePD:
         kv = engine.kv
         return (kv.nixl_telemetry_port,) if isinstance(kv, LMCachePDSenderKV) else ()
 
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        kv = engine.kv
+        if not isinstance(kv, LMCachePDReceiverKV):
+            return None
+        return ReceiverPorts(engine.advertise_host, kv.init_ports, kv.alloc_ports)
+
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
         # One LMCache cannot bind leaves them closed without any error while /health says 200.
         kv = engine.kv
@@ -225,9 +231,7 @@ def _role_config(plan: Plan, engine: EnginePlan, settings: LMCachePDTopology) ->
         "pd_role": "sender",
         "pd_buffer_size": settings.prefill_buffer_bytes,
         "pd_proxy_host": plan.router.advertise_host,
-        "pd_proxy_port": plan.router.notify_port
-        if isinstance(plan.router, ProxyRouterPlan)
-        else None,
+        "pd_proxy_port": plan.router.notices_port(),
     }
 
 

@@ -27,6 +27,7 @@ from generator.topologies.base import (
     CounterRow,
     EngineSite,
     KvSpeedSource,
+    ReceiverPorts,
     VerdictSources,
     baseline_room,
     foreign_settings,
@@ -144,6 +145,9 @@ class NixlMP:
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         return ()
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        return None  # the decoder pulls: no ports to tell
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
         return []
