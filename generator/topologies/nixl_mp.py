@@ -34,7 +34,7 @@ from generator.topologies.base import (
     kv_prompt_tokens,
 )
 
-__all__ = ["UNIT", "NixlMP", "lmcache_server_command"]
+__all__ = ["UNIT", "NixlMP"]
 
 _CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs little
 _GPU_L1_SIZE_GB = 100.0  # the MP docs' value
@@ -109,7 +109,7 @@ class NixlMP:
         )
 
     def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
-        return lmcache_server_command(plan, engine)
+        return _lmcache_server_command(plan, engine)
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         server = _kv(engine).lmcache_server
@@ -213,7 +213,7 @@ def _server(spec: Spec, book: PortBook, site: EngineSite) -> LMCacheServerPlan:
     )
 
 
-def lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
+def _lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
     server, settings = _kv(engine).lmcache_server, _settings(plan)
     # On a bridge network peers reach the server by service name, so bind all interfaces of
     # the container; with host networking only the co-located engine needs it.

@@ -40,7 +40,6 @@ from generator.routers import router_of  # noqa: E402
 from generator.services.commands import engine_command  # noqa: E402
 from generator.stack import load_spec  # noqa: E402
 from generator.topologies import topology_of  # noqa: E402
-from generator.topologies.nixl_mp import lmcache_server_command  # noqa: E402
 
 STACK = "cpu-1p1d"
 CACHE = ROOT / ".cache"
@@ -221,7 +220,7 @@ def run_bare() -> tuple[float, int]:
         noop = lambda: None  # noqa: E731
         engines = {engine.name: engine for engine in plan.engines}
         for sidecar in plan.sidecars:
-            command = lmcache_server_command(plan, engines[sidecar.engine])
+            command = topology_of(plan).sidecar_command(plan, engines[sidecar.engine], sidecar)
             pids.append(start(command, base_env, sidecar.service).pid)
         for sidecar in plan.sidecars:
             wait_until_ready(
