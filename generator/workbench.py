@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from generator.errors import XpydError
+from generator.limits import is_stack_name
 from generator.paths import Workspace, find_workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
 from generator.serializers.process import PLAN_FILE
-from generator.spec import DockerAccess, Profile, load_spec
-
-_STACK_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
+from generator.spec import DockerAccess, Profile
+from generator.stack import load_spec
 
 __all__ = [
     "RenderedHost",
@@ -128,7 +128,7 @@ def _rendered_plan(plan_file: Path) -> tuple[dict[str, DockerAccess], Profile]:
 def _rendered_name(stack: str, workspace: Workspace) -> str:
     """A stack name, or the name inside a spec file given by path: never a path under
     compose/ (``../..`` would reach other projects)."""
-    if _STACK_NAME.fullmatch(stack):
+    if is_stack_name(stack):
         return stack
     path = workspace.stack_file(stack)
     if path.exists():

@@ -60,10 +60,10 @@ def pytest_runtest_makereport(
 def cpu_1p1d_image(service: str) -> str:
     """The image of a cpu-1p1d service, built when missing, as `up` would build it."""
     from generator.docker import ComposeStack, docker_available, image_exists
-    from generator.plan import make_plan
+    from generator.planner import make_plan
     from generator.render import render_stack
     from generator.render.writer import write_rendered
-    from generator.spec import load_spec
+    from generator.stack import load_spec
     from generator.wheelhouse import fill_wheelhouse
 
     if not docker_available():

@@ -99,9 +99,9 @@ def test_the_installed_pth_asks_in_every_new_process(tmp_path: Path) -> None:
 
 
 def test_the_cpu_engine_base_installs_it(workspace: Workspace) -> None:
-    from generator.plan import make_plan
+    from generator.planner import make_plan
     from generator.render.images import CPU_FEATURES, plan_images
-    from generator.spec import load_spec
+    from generator.stack import load_spec
 
     plan = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     prefill = next(image for image in plan_images(plan, workspace) if image.role == "prefill")
@@ -112,9 +112,9 @@ def test_the_cpu_engine_base_installs_it(workspace: Workspace) -> None:
 
 
 def test_no_gpu_engine_image_carries_the_workaround(workspace: Workspace) -> None:
-    from generator.plan import make_plan
+    from generator.planner import make_plan
     from generator.render.images import plan_images
-    from generator.spec import load_spec
+    from generator.stack import load_spec
 
     plan = make_plan(load_spec(workspace.stack_file("xpyd")))
     assert not any("xpyd-amx-permission" in image.text for image in plan_images(plan, workspace))

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from generator.envs import _see_base_venv, default_pythons, model_dir
 from generator.paths import Workspace
-from generator.plan import make_plan
-from generator.spec import Profile, load_spec
+from generator.planner import make_plan
+from generator.spec import Profile
+from generator.stack import load_spec
 
 
 def test_default_pythons_and_the_synthetic_model_path(workspace: Workspace) -> None:

@@ -9,8 +9,8 @@ import pytest
 PUBLIC = {
     "generator.spec": {
         "Spec",
-        "load_spec",
-        "parse_spec",
+        "read_spec_file",
+        "validate_spec",
         "apply_overrides",
         "Topology",
         "Profile",
@@ -21,7 +21,6 @@ PUBLIC = {
         "EnginePlan",
         "RouterPlan",
         "HostPlan",
-        "make_plan",
         "Role",
         "ModelPlan",
         "HFPlan",
@@ -29,6 +28,7 @@ PUBLIC = {
         "EngineKV",
         "SidecarPlan",
     },
+    "generator.planner": {"make_plan"},
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
     "generator.render": {
@@ -88,7 +88,7 @@ PUBLIC = {
         "transfer_images",
     },
     "generator.bench": {"BenchJob", "BenchReport", "check_fits", "load_points", "run_benchmark"},
-    "generator.topologies.colocated": {"colocated_spec", "BASELINE_SUFFIX"},
+    "generator.stack": {"UNIT_RULES", "baseline_spec", "load_spec", "parse_spec"},
     "generator.workflow.engines": {"endpoint_of", "host_endpoint", "host_endpoints"},
     "generator.runtimes.isolation": {
         "ContainerView",
@@ -120,7 +120,8 @@ def test_public_names(module: str) -> None:
 
 
 PURE = (
-    "generator.spec, generator.plan, generator.plan.build, generator.topologies, "
+    "generator.spec, generator.stack, generator.limits, generator.plan, generator.planner, "
+    "generator.topologies, "
     "generator.routers, generator.services.build, generator.services.model, "
     "generator.serializers.compose, generator.serializers.process, generator.render, "
     "generator.render.writer"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render.images import ENGINE_LOCK, GPU_ENGINE_LOCK, ROUTER_LOCK
-from generator.spec import load_spec
+from generator.stack import load_spec
 from generator.wheelhouse import download_command, locks_for
 
 

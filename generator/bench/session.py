@@ -19,10 +19,11 @@ from generator.cpu_features import cpu_features
 from generator.doctor.gpus import query_gpus
 from generator.errors import XpydError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.services.bench import BenchSettings, Preset
 from generator.spec import Profile, Spec
-from generator.topologies.colocated import colocated_spec
+from generator.stack import baseline_spec
 from generator.workflow.report import EventLevel, Reporter
 
 __all__ = ["BenchJob", "check_fits", "describe_hardware", "load_points", "run_benchmark"]
@@ -73,7 +74,7 @@ def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> Be
     )
     arms = [("pd", job.plan)]
     if job.baseline:
-        arms.append(("colocated", make_plan(colocated_spec(job.spec, job.plan))))
+        arms.append(("colocated", make_plan(baseline_spec(job.spec, job.plan))))
     for arm, plan in arms:
         result, context = run_arm(
             arm,

@@ -189,9 +189,10 @@ def bench(
     from generator.cli.run_reporter import ConsoleReporter
     from generator.docker import require_docker
     from generator.paths import find_workspace
-    from generator.plan import make_plan
+    from generator.planner import make_plan
     from generator.services.bench import default_preset, preset_settings
-    from generator.spec import Runtime, load_spec
+    from generator.spec import Runtime
+    from generator.stack import load_spec
     from generator.workflow.records import new_run_id
     from generator.workflow.run import check_run_id
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from generator.doctor.context import HostView
 from generator.doctor.gpus import describe_link, link_between
 from generator.doctor.report import CheckRow, Verdict
+from generator.limits import NVLINK_EXPECTED_GIB_S, KvPath, judge_kv_speed
 from generator.plan import EnginePlan
 from generator.render import RenderedStack
 from generator.services.model import Service
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from generator.runtimes.isolation import ContainerView
 
 __all__ = [
-    "FALLBACK_FLOOR_GIB_S",
     "KvLayout",
     "KvProbe",
     "judge",
@@ -45,10 +45,6 @@ __all__ = [
 
 PROBE_IN_IMAGE = "/opt/xpyd/nixl_kv_probe.py"
 PROBE_IN_CHECKOUT = "generator/kvprobe/nixl_kv_probe.py"  # copied into the engine images
-# Same-host GPU pairs: cuda_ipc over NVLink moved ~280-359 GiB/s on H200s; the silent TCP
-# fallback ~0.4 GiB/s. Anything below this floor is a fallback, whatever UCX claims.
-FALLBACK_FLOOR_GIB_S = 10.0
-_NVLINK_EXPECTED_GIB_S = 100.0
 _GPU_SIZE_MIB, _CPU_SIZE_MIB = 1024, 256
 _PROBE_TIMEOUT_S = 240.0
 _CONTAINER_PORT = 5999  # inside a one-off container on a bridge network: no clash possible
@@ -228,17 +224,18 @@ def _gpu_expectation(
     first_gpu = {engine.name: engine.gpus[0] for engine in view.engines}
     link = link_between(view.links or {}, first_gpu[probe.prefill], first_gpu[probe.decode])
     nvlink = link.startswith("NV")
-    expected = f"cuda_ipc, >= {FALLBACK_FLOOR_GIB_S:.0f} GiB/s"
+    judged = judge_kv_speed(KvPath.SAME_HOST_GPU, transport, rate)  # doctor probes one host
+    expected = judged.expected
     if nvlink:
         expected += f" (~250+ over {describe_link(link)})"
-    if transport != "cuda_ipc" or rate < FALLBACK_FLOOR_GIB_S:
+    if not judged.passed:
         return (
             expected,
             Verdict.FAIL,
             "a silent fallback: every same-host engine must see its peers' GPUs and share the "
             "host PID namespace (what the generator renders); check gpu.access and re-render",
         )
-    if nvlink and rate < _NVLINK_EXPECTED_GIB_S:
+    if nvlink and rate < NVLINK_EXPECTED_GIB_S:
         return expected, Verdict.WARN, "NVLink but slow: other work on these GPUs? run again"
     return expected, Verdict.PASS, ""
 

@@ -1,13 +1,8 @@
-"""Planning: Spec -> Plan (hosts, devices, every port, every setting resolved). Pure; never
-touches the machine.
-
-The plan's models are imported from here by the topology and router units, which the planner
-(build.py) consults: so build.py is imported when ``make_plan`` is first called, not here.
-"""
+"""The plan's data: hosts, devices, every port, every setting resolved. The planner that
+makes it from a spec (``generator.planner.make_plan``) sits above the topology and router
+units it consults; this package holds only what they all read."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from generator.plan.models import (
     EnginePlan,
@@ -38,9 +33,6 @@ from generator.plan.parts import (
     VllmRouterPlan,
 )
 
-if TYPE_CHECKING:
-    from generator.spec import Spec
-
 __all__ = [
     "ColocatedTopology",
     "EngineKV",
@@ -66,12 +58,4 @@ __all__ = [
     "TopologyPlan",
     "UcxPlan",
     "VllmRouterPlan",
-    "make_plan",
 ]
-
-
-def make_plan(spec: Spec) -> Plan:
-    """Spec -> Plan: pure and deterministic (generator/plan/build.py)."""
-    from generator.plan.build import build_plan
-
-    return build_plan(spec)

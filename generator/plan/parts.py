@@ -164,10 +164,17 @@ class _RouterBase(Frozen):
     session_header: str | None = None
     extra_args: tuple[str, ...] = ()
 
+    def notices_port(self) -> int | None:
+        """Where the prefillers send KV-ready notices (None: this router takes none)."""
+        return None
+
 
 class ProxyRouterPlan(_RouterBase):
     kind: Literal[RouterKind.PROXY] = RouterKind.PROXY
     notify_port: int | None = None  # ZMQ PULL socket for LMCache P/D notices (lmcache-pd)
+
+    def notices_port(self) -> int | None:
+        return self.notify_port
 
 
 class VllmRouterPlan(_RouterBase):

@@ -21,6 +21,7 @@ import httpx
 
 from generator.errors import XpydError
 from generator.kvprobe.nixl_kv_probe import summarize_transports
+from generator.limits import KvPath, judge_kv_speed
 from generator.plan import Plan
 from generator.probes.http import metric_sum, scrape_metrics
 from generator.probes.verdict import VerdictRow
@@ -28,8 +29,6 @@ from generator.spec import Profile
 from generator.topologies import KvSpeedSource, topology_of
 
 __all__ = [
-    "FALLBACK_FLOOR_GIB_S",
-    "RDMA_EXPECTED_GIB_S",
     "KvCounters",
     "kv_side",
     "kv_speed_row",
@@ -38,8 +37,6 @@ __all__ = [
     "wait_for_transfers",
 ]
 
-FALLBACK_FLOOR_GIB_S = 10.0  # same-host GPUs: cuda_ipc ~280-359 GiB/s, the TCP fallback ~0.4
-RDMA_EXPECTED_GIB_S = 5.0  # between hosts: a 100 Gb/s RDMA NIC moves ~11 GiB/s, TCP far less
 _GIB = float(1 << 30)
 
 
@@ -122,24 +119,33 @@ def transport_in_logs(
 def kv_speed_row(
     plan: Plan, per_request: list[tuple[str, KvCounters]], transport: str | None
 ) -> VerdictRow:
-    """GiB/s per request and the transport. GPUs on one host: a silent TCP fallback (~0.4
-    GiB/s instead of hundreds) fails; between hosts below RDMA speed warns; CPU: a figure."""
+    """GiB/s per request and the transport, judged by generator/limits.py's rule: GPUs on one
+    host off cuda_ipc or below its floor fail (a silent fallback); between hosts TCP or below
+    RDMA speed warns; CPU: a figure."""
     operation = kv_side(plan).operation
     over = f" over {transport}" if transport else " (transport not reported)"
     observed = "; ".join(f"{name}: {c.describe()}" for name, c in per_request) + over
     check = f"KV path speed (NIXL {operation}s, per request)"
     rates = [c.gib_s for _, c in per_request]
-    if plan.profile is Profile.CPU:
-        return VerdictRow(check, observed, "a figure (CPU: not judged)", None, "info")
+    path = _kv_path(plan)
+    if path is KvPath.CPU:
+        return VerdictRow(
+            check, observed, judge_kv_speed(path, transport, 0.0).expected, None, "info"
+        )
     if any(rate is None for rate in rates):
         return VerdictRow(check, observed, "timed NIXL transfers", False)
     # The best request decides: a pair's first transfer also pays for connection setup and
     # memory registration, while a fallback is slow every time.
     best = max(rate for rate in rates if rate is not None)
+    judged = judge_kv_speed(path, transport, best)
+    return VerdictRow(
+        check, observed, judged.expected, judged.passed, "WARN" if judged.warn else ""
+    )
+
+
+def _kv_path(plan: Plan) -> KvPath:
+    if plan.profile is Profile.CPU:
+        return KvPath.CPU
     if plan.kv_crosses_hosts and not plan.same_host_pairs():
-        expected = f">= {RDMA_EXPECTED_GIB_S:g} GiB/s between hosts (RDMA)"
-        slow = best < RDMA_EXPECTED_GIB_S or transport == "tcp"
-        return VerdictRow(check, observed, expected, None if slow else True, "WARN" if slow else "")
-    expected = f">= {FALLBACK_FLOOR_GIB_S:g} GiB/s, cuda_ipc (same-host GPUs)"
-    fallback = best < FALLBACK_FLOOR_GIB_S or transport == "tcp"
-    return VerdictRow(check, observed, expected, not fallback)
+        return KvPath.CROSS_HOST_GPU
+    return KvPath.SAME_HOST_GPU

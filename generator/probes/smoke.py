@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from generator.plan import ColocatedTopology, Plan
+from generator.plan import Plan
 from generator.probes.colocated import run_colocated_smoke
 from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
 from generator.probes.kv_speed import (
@@ -32,7 +32,6 @@ from generator.probes.requests import (
 )
 from generator.probes.verdict import SmokeResult, VerdictRow
 from generator.routers import router_of
-from generator.spec import Profile
 from generator.topologies import VerdictSources, topology_of
 
 __all__ = ["ReadInside", "SmokeResult", "VerdictRow", "run_smoke"]
@@ -63,7 +62,7 @@ def run_smoke(
     with httpx.Client(timeout=timeout_s) as client:
         before = _decode_metrics(client, plan)
         objects_before = _lmcache_objects(sources, read_inside)
-        tokens = _kv_prompt_tokens(plan)
+        tokens = sources.kv_prompt_tokens
         prompt = sized_prompt(client, plan, nonce, tokens)
         chat_prompt = sized_prompt(client, plan, nonce + "-chat", tokens)
         kv_start = read_counters(client, plan)
@@ -118,15 +117,6 @@ def _lmcache_objects(sources: VerdictSources, read_inside: ReadInside) -> dict[s
         status = json.loads(read_inside(service, f"http://127.0.0.1:{port}/status"))
         counts[service] = int(status["storage_manager"]["l1_manager"]["total_object_count"])
     return counts
-
-
-def _kv_prompt_tokens(plan: Plan) -> int:
-    """A few LMCache chunks on CPU. On GPUs a few thousand tokens (hundreds of MiB of KV): a
-    transfer of microseconds would be timed mostly by vLLM's completion polling, not the link."""
-    topology = plan.topology
-    if plan.profile is not Profile.CPU or isinstance(topology, ColocatedTopology):
-        return 4096
-    return 3 * topology.chunk_size
 
 
 def _kv_rows(

@@ -16,6 +16,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.jinja import render_template
 from generator.routers import router_of
+from generator.routers.base import ROUTER_LOCK
 from generator.services.parts import CPU_NIXL_PTHR_DELAY_US, NIXL_PTHR_DELAY_ENV
 from generator.spec import Profile
 from generator.topologies import topology_of
@@ -34,7 +35,6 @@ __all__ = [
 
 ENGINE_LOCK = "images/locks/engine-cpu.txt"
 GPU_ENGINE_LOCK = "images/locks/engine-gpu.txt"  # resolved by generator.locks
-ROUTER_LOCK = "images/locks/router.txt"
 _TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
 _CHECK_SCRIPT = "images/assets/check_engine_image.py"
 # Every engine base serves every topology, so each checks the three connectors our stacks use.
@@ -186,21 +186,21 @@ def _engine_role(plan: Plan, workspace: Workspace, role: str, base: _BaseStages)
 
 
 def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
+    image = router_of(plan).image
     base_image = plan.images.router_base or load_versions().base_images.router
     text = render_template(
         workspace.templates_dir,
-        "router.Dockerfile.j2",
+        image.template,
         base_image=base_image,
         versions=_pins(plan),
         pip=plan.images.pip,
-        lock=ROUTER_LOCK,
+        lock=image.lock,
     )
-    # The proxy's sources are copied in, so they are part of what the tag stands for.
-    proxy_dir = workspace.root / "generator" / "proxy"
+    # Sources copied in are part of what the tag stands for.
     sources = sorted(
         str(path.relative_to(workspace.root))
-        for path in proxy_dir.rglob("*.py")
-        if router_of(plan).ships_proxy
+        for folder in image.copied_sources
+        for path in (workspace.root / folder).rglob("*.py")
     )
-    tag = _tag(plan, workspace, "router", text, [ROUTER_LOCK, *sources])
+    tag = _tag(plan, workspace, "router", text, [image.lock, *sources])
     return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)

@@ -8,13 +8,25 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import Plan
 from generator.plan.parts import RouterPlan
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import RouterKind, Spec
 
-__all__ = ["RouterSite", "RouterUnit"]
+__all__ = ["ROUTER_LOCK", "RouterImage", "RouterSite", "RouterUnit"]
+
+ROUTER_LOCK = "images/locks/router.txt"  # vllm-router and the proxy's packages: one image
+
+
+@dataclass(frozen=True)
+class RouterImage:
+    """How render builds the router's image (the base image is the plan's images.router_base,
+    else versions.yaml's)."""
+
+    template: str  # under images/templates/
+    lock: str  # the pinned packages it installs
+    copied_sources: tuple[str, ...] = ()  # checkout folders whose .py files it copies (tagged)
 
 
 @dataclass(frozen=True)
@@ -56,9 +68,7 @@ class RouterUnit(Protocol):
     def policies(self) -> tuple[str, ...]: ...
 
     @property
-    def ships_proxy(self) -> bool:
-        """Its image carries generator/proxy (part of what the image tag stands for)."""
-        ...
+    def image(self) -> RouterImage: ...
 
     @property
     def stamp(self) -> Literal["response-id", "headers"]:

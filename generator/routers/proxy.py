@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from typing import Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan
-from generator.plan.parts import LMCachePDReceiverKV, ProxyRouterPlan, part_of
+from generator.plan.parts import ProxyRouterPlan, part_of
 from generator.plan.ports import PortBook
 from generator.proxy.config import (
     BackendConfig,
@@ -19,8 +20,7 @@ from generator.proxy.config import (
     PolicyConfig,
     ProxyConfig,
 )
-from generator.routers.base import RouterSite
-from generator.services.model import ConfigFile
+from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite
 from generator.spec import RouterKind, Spec
 from generator.topologies import topology_of, topology_unit
 
@@ -35,7 +35,7 @@ class Proxy:
     # keep it (router.port), everything else defaults to 8100.
     default_port = 8100
     policies = ("round_robin", "least_outstanding")
-    ships_proxy = True
+    image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
     stamp: Literal["response-id", "headers"] = "headers"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
@@ -50,6 +50,13 @@ class Proxy:
                 "router.prometheus_port",
                 "the proxy serves /metrics on its own port",
                 "remove router.prometheus_port",
+            )
+        if spec.router.extra_args:
+            yield SpecIssue(
+                "router.extra_args",
+                "the proxy takes no command-line arguments: these would be dropped",
+                "remove router.extra_args (the proxy's settings are router.policy, "
+                "router.session_header, router.port)",
             )
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> ProxyRouterPlan:
@@ -94,7 +101,7 @@ def _config(plan: Plan) -> ProxyConfig:
         policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),
         session_header=router.session_header,
         prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],
-        decode=[_decoder(engine) for engine in plan.decode],
+        decode=[_decoder(plan, engine) for engine in plan.decode],
         notify=NotifyConfig(bind_host=_notice_bind_host(router), port=router.notify_port)
         if router.notify_port
         else None,
@@ -110,17 +117,17 @@ def _notice_bind_host(router: ProxyRouterPlan) -> str:
     return "0.0.0.0" if bridged else router.address
 
 
-def _decoder(engine: EnginePlan) -> DecoderConfig:
-    kv = engine.kv
-    if not isinstance(kv, LMCachePDReceiverKV):  # NIXL: the decoder pulls, no ports to tell
+def _decoder(plan: Plan, engine: EnginePlan) -> DecoderConfig:
+    ports = topology_of(plan).receiver_ports(engine)
+    if ports is None:  # NIXL: the decoder pulls, no ports to tell
         return DecoderConfig(name=engine.name, url=engine.url, tp=engine.tp)
     return DecoderConfig(
         name=engine.name,
         url=engine.url,
         tp=engine.tp,
-        kv_host=engine.advertise_host,
-        init_ports=list(kv.init_ports),
-        alloc_ports=list(kv.alloc_ports),
+        kv_host=ports.host,
+        init_ports=list(ports.init_ports),
+        alloc_ports=list(ports.alloc_ports),
     )
 
 

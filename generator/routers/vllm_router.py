@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from typing import Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import Plan
 from generator.plan.parts import VllmRouterPlan, part_of
 from generator.plan.ports import PortBook
-from generator.routers.base import RouterSite
-from generator.services.model import ConfigFile
+from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite
 from generator.spec import RouterKind, Spec
 from generator.topologies import topology_of, topology_unit
 
@@ -31,7 +31,7 @@ class VllmRouter:
         "consistent_hash",
         "sticky_least_loaded",
     )
-    ships_proxy = False
+    image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK)
     stamp: Literal["response-id", "headers"] = "response-id"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:

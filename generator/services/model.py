@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Literal
 
+from generator.plan.files import ConfigFile
 from generator.spec import GpuAccess
 
 __all__ = [
@@ -41,16 +42,6 @@ __all__ = [
 
 
 _WORKSPACE_ROOT = PurePosixPath(".")
-
-
-@dataclass(frozen=True)
-class ConfigFile:
-    """A config file a service reads, rendered beside its host's deployment files."""
-
-    name: str  # the file's name in the deployment (compose: the config's name)
-    path: str  # where it is written, relative to the host's folder
-    target: str  # where the container reads it
-    data: dict[str, Any]  # dumped as YAML
 
 
 class NetworkMode(StrEnum):

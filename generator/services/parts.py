@@ -49,7 +49,6 @@ from generator.services.model import (
 )
 from generator.spec import GpuAccess, Profile
 from generator.topologies import topology_of
-from generator.topologies.nixl_mp import lmcache_server_command
 
 __all__ = [
     "CPU_NIXL_PTHR_DELAY_US",
@@ -104,7 +103,7 @@ def engine_service(
 def lmcache_service(
     plan: Plan, engine: EnginePlan, sidecar: SidecarPlan, image: ImageRef
 ) -> Service:
-    command = tuple(lmcache_server_command(plan, engine))
+    command = tuple(topology_of(plan).sidecar_command(plan, engine, sidecar))
     service = Service(sidecar.service, engine.host, sidecar.role, image, command)
     service = _identity(plan, _networked(plan, service, [sidecar.health_port]), sidecar.service)
     # The server copies KV to and from its engine's GPUs (CUDA IPC; LMCache finds the device by

@@ -1,6 +1,6 @@
 """The stack spec: typed models, cross-field checks, loading with clear errors."""
 
-from generator.spec.load import apply_overrides, load_spec, parse_spec
+from generator.spec.load import Rule, apply_overrides, read_spec_file, validate_spec
 from generator.spec.models import (
     DockerAccess,
     GpuAccess,
@@ -53,11 +53,12 @@ __all__ = [
     "Profile",
     "RouterKind",
     "RouterSpec",
+    "Rule",
     "Runtime",
     "Spec",
     "TokenSource",
     "Topology",
     "apply_overrides",
-    "load_spec",
-    "parse_spec",
+    "read_spec_file",
+    "validate_spec",
 ]

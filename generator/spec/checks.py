@@ -1,21 +1,20 @@
 """Rules that relate several spec fields. Each returns ``SpecIssue``s naming field and fix.
 
 Rules of one topology or router kind live in its unit (generator/topologies/,
-generator/routers/) and are asked here, in the order the checks have always run."""
+generator/routers/): the spec knows none of them; generator/stack.py adds their rules."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
 from generator.errors import SpecIssue
+from generator.spec.identity import machine_address
 from generator.spec.models import (
     GroupPlacement,
     GroupSpec,
     Profile,
-    RouterKind,
     Runtime,
     Spec,
-    Topology,
 )
 from generator.spec.owned import (
     ENGINE_API_KEY,
@@ -36,17 +35,7 @@ def check_spec(spec: Spec) -> list[SpecIssue]:
     return [issue for check in _CHECKS for issue in check(spec)]
 
 
-def _topology_settings(spec: Spec) -> Iterator[SpecIssue]:
-    # The units sit above the spec (they read and build plan parts): asked at check time.
-    from generator.topologies import topology_issues
-
-    yield from topology_issues(spec)
-
-
-def _router_settings(spec: Spec) -> Iterator[SpecIssue]:
-    from generator.routers import router_issues
-
-    yield from router_issues(spec)
+def _router_host(spec: Spec) -> Iterator[SpecIssue]:
     host_names = {host.name for host in spec.hosts}
     if spec.router.host is not None and spec.router.host not in host_names:
         yield SpecIssue(
@@ -54,12 +43,6 @@ def _router_settings(spec: Spec) -> Iterator[SpecIssue]:
             f"{spec.router.host!r} is not one of the hosts",
             f"use one of: {', '.join(sorted(host_names))}",
         )
-
-
-def _tensor_parallel(spec: Spec) -> Iterator[SpecIssue]:
-    from generator.topologies import topology_unit
-
-    yield from topology_unit(spec.topology).check_spec(spec)
 
 
 def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
@@ -195,22 +178,7 @@ def _groups(spec: Spec) -> tuple[tuple[str, GroupSpec], ...]:
     return (("prefill", spec.prefill), ("decode", spec.decode))
 
 
-def _router_args(spec: Spec) -> Iterator[SpecIssue]:
-    from generator.topologies import topology_unit
-
-    kind = spec.router.kind or topology_unit(spec.topology).default_router
-    if kind is RouterKind.PROXY and spec.router.extra_args:
-        yield SpecIssue(
-            "router.extra_args",
-            "the proxy takes no command-line arguments: these would be dropped",
-            "remove router.extra_args (the proxy's settings are router.policy, "
-            "router.session_header, router.port)",
-        )
-
-
 def _hosts(spec: Spec) -> Iterator[SpecIssue]:
-    from generator.spec.identity import machine_address
-
     for attr in ("name", "address"):
         seen: set[str] = set()
         for index, host in enumerate(spec.hosts):
@@ -237,16 +205,6 @@ def _docker_access(spec: Spec) -> Iterator[SpecIssue]:
                 "keep one: context: NAME (a `docker context`) or url: ssh://user@host; "
                 "remove hosts[].docker to use the local engine",
             )
-
-
-def _nixl_settings(spec: Spec) -> Iterator[SpecIssue]:
-    if spec.topology is not Topology.NIXL_MP and "nixl" in spec.model_fields_set:
-        yield SpecIssue(
-            "nixl",
-            f"is read by the nixl-mp topology only (this stack is {spec.topology.value}; "
-            "lmcache-pd's transfer always pushes)",
-            "remove the nixl section, or set topology: nixl-mp",
-        )
 
 
 def _runtime_settings(spec: Spec) -> Iterator[SpecIssue]:
@@ -313,18 +271,14 @@ def _group_placement(
 
 
 _CHECKS: tuple[Check, ...] = (
-    _topology_settings,
-    _router_settings,
-    _tensor_parallel,
+    _router_host,
     _profile_settings,
     _model_source,
     _token_source,
     _hosts,
     _docker_access,
-    _nixl_settings,
     _runtime_settings,
     _placement,
     _owned_settings,
     _secret_env,
-    _router_args,
 )

@@ -1,36 +1,48 @@
 """Read a stack file, apply ``--set`` overrides, validate. The only place pydantic's
-``ValidationError`` is translated (into ``SpecError`` with one ``SpecIssue`` per problem)."""
+``ValidationError`` is translated (into ``SpecError`` with one ``SpecIssue`` per problem).
+
+The spec knows no topology or router: the rules of those units come from the layer above
+(``generator/stack.py`` passes them as ``rules``) and are reported with the spec's own."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from generator.errors import SpecError, SpecIssue, dotted_field
+from generator.limits import BASELINE_SUFFIX
 from generator.spec.checks import check_spec
-from generator.spec.models import BASELINE_SUFFIX, PD_NAME_MAX, Spec, Topology
+from generator.spec.models import Spec
 from generator.spec.overrides import apply_overrides
 from generator.spec.secrets import inline_secrets
 from generator.spec.source import parse_yaml, read_spec
 
-__all__ = ["apply_overrides", "load_spec", "parse_spec"]
+__all__ = ["Rule", "apply_overrides", "read_spec_file", "validate_spec"]
+
+Rule = Callable[[Spec], Iterable[SpecIssue]]  # a check a layer above the spec adds
 
 _MAX_SHOWN = 80  # characters of a refused value shown back
 
 
-def load_spec(path: Path, overrides: Sequence[str] = ()) -> Spec:
+def read_spec_file(path: Path, overrides: Sequence[str] = (), *, rules: Sequence[Rule]) -> Spec:
     text = read_spec(path, missing_fix=_missing_file_fix(path))
-    return parse_spec(parse_yaml(text, source=str(path)), source=str(path), overrides=overrides)
+    raw = parse_yaml(text, source=str(path))
+    return validate_spec(raw, source=str(path), overrides=overrides, rules=rules)
 
 
-def parse_spec(
-    raw: object, *, source: str, overrides: Sequence[str] = (), baseline: bool = False
+def validate_spec(
+    raw: object,
+    *,
+    source: str,
+    overrides: Sequence[str] = (),
+    baseline: bool = False,
+    rules: Sequence[Rule],
 ) -> Spec:
-    """``baseline``: the spec bench derives (``colocated_spec``), which alone may carry the
-    baseline's name."""
+    """``baseline``: the spec bench derives (``generator.stack.baseline_spec``), which alone
+    may carry the baseline's name. ``rules``: the checks of the layers above the spec."""
     if not isinstance(raw, dict):
         raise SpecError(
             source, [SpecIssue("<file>", "must be a YAML mapping", "see stacks/xpyd.yaml")]
@@ -43,7 +55,8 @@ def parse_spec(
         spec = Spec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(source, [_translate(error) for error in exc.errors()]) from exc
-    issues = check_spec(spec) + ([] if baseline else _name_issues(spec))
+    issues = [issue for rule in rules for issue in rule(spec)]
+    issues += check_spec(spec) + ([] if baseline else _name_issues(spec))
     if issues:
         raise SpecError(source, issues)
     return spec
@@ -54,15 +67,6 @@ def _name_issues(spec: Spec) -> list[SpecIssue]:
         base = spec.name.removesuffix(BASELINE_SUFFIX)
         problem = f"is the name bench gives {base}'s colocated baseline (one compose project)"
         return [SpecIssue("name", problem, f"pick a name that does not end in {BASELINE_SUFFIX}")]
-    if spec.topology is not Topology.COLOCATED and len(spec.name) > PD_NAME_MAX:
-        return [
-            SpecIssue(
-                "name",
-                f"is {len(spec.name)} characters long; a P/D stack's name has at most "
-                f"{PD_NAME_MAX}, so that bench's baseline (<name>{BASELINE_SUFFIX}) fits",
-                f"shorten it to {PD_NAME_MAX} characters or less",
-            )
-        ]
     return []
 
 

@@ -44,9 +44,6 @@ from generator.spec.types import (
 )
 
 __all__ = [
-    "BASELINE_SUFFIX",
-    "PD_NAME_MAX",
-    "STACK_NAME_MAX",
     "DockerAccess",
     "GpuAccess",
     "GpuSpec",
@@ -88,11 +85,6 @@ def _own_folder_name(name: str) -> str:
 
 
 StackName = Annotated[DnsLabel, AfterValidator(_own_folder_name)]
-STACK_NAME_MAX = 32  # a DnsLabel's
-# `bench --baseline colocated` renders the P/D stack's colocated twin as <name>-colocated: a
-# user's stack may not take that name, and a P/D stack's name leaves room for the suffix.
-BASELINE_SUFFIX = "-colocated"
-PD_NAME_MAX = STACK_NAME_MAX - len(BASELINE_SUFFIX)
 Args = Annotated[list[Arg], Field(max_length=1024)]
 # Enum fields take their values as strings (strict mode alone would want enum instances).
 Lax = Field(strict=False)

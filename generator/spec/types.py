@@ -20,6 +20,8 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
+from generator.limits import STACK_NAME_MAX, STACK_NAME_PATTERN
+
 __all__ = [
     "AbsolutePath",
     "Arg",
@@ -302,10 +304,11 @@ _check_hostname = _shaped(
 )
 
 _check_label = _shaped(
-    r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?",
-    "a name of lowercase letters, digits and '-' (at most 32, not starting or ending with '-')",
+    STACK_NAME_PATTERN,
+    f"a name of lowercase letters, digits and '-' (at most {STACK_NAME_MAX}, not starting or "
+    "ending with '-')",
     "xpyd-mp",
-    max_length=32,
+    max_length=STACK_NAME_MAX,
 )
 
 

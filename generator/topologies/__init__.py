@@ -25,10 +25,14 @@ __all__ = [
     "KvSpeedSource",
     "TopologyUnit",
     "VerdictSources",
+    "baseline_data",
     "topology_issues",
     "topology_of",
     "topology_unit",
 ]
+
+# bench --baseline: the P/D spec's colocated twin (its data, for generator/stack.py to check).
+baseline_data = colocated.baseline_data
 
 TOPOLOGIES: Mapping[Topology, TopologyUnit] = MappingProxyType(
     {unit.kind: unit for unit in (lmcache_pd.UNIT, nixl_mp.UNIT, colocated.UNIT)}
@@ -48,26 +52,11 @@ def topology_issues(spec: Spec) -> Iterator[SpecIssue]:
     unit = topology_unit(spec.topology)
     for other in TOPOLOGIES.values():
         if other is not unit:
-            yield from _foreign_settings(spec, other)
+            yield from other.foreign_issues(spec)
     if not unit.router_notices and spec.router.notify_port is not None:
         yield SpecIssue(
             "router.notify_port",
             f"is the proxy's ZMQ port for LMCache P/D notices; {unit.kind.value} has none",
             "remove router.notify_port",
         )
-
-
-def _foreign_settings(spec: Spec, owner: TopologyUnit) -> Iterator[SpecIssue]:
-    for section in owner.spec_sections:
-        if getattr(spec.lmcache, section) is not None:
-            yield SpecIssue(
-                f"lmcache.{section}",
-                f"applies to topology {owner.kind.value}, but this stack is {spec.topology.value}",
-                f"remove lmcache.{section}, or set topology: {owner.kind.value}",
-            )
-    for name in sorted(spec.ports.model_fields_set & set(owner.port_fields)):
-        yield SpecIssue(
-            f"ports.{name}",
-            f"is only used by topology {owner.kind.value}, not {spec.topology.value}",
-            f"remove ports.{name}",
-        )
+    yield from unit.check_spec(spec)

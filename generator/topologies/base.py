@@ -13,13 +13,25 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from generator.errors import SpecIssue
+from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Network, Plan, Role
 from generator.plan.parts import EngineKV, SidecarPlan, TopologyPlan
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import Profile, RouterKind, Spec, Topology
 
-__all__ = ["CounterRow", "EngineSite", "KvSpeedSource", "TopologyUnit", "VerdictSources"]
+__all__ = [
+    "CounterRow",
+    "EngineSite",
+    "KvSpeedSource",
+    "ReceiverPorts",
+    "TopologyUnit",
+    "VerdictSources",
+    "baseline_room",
+    "foreign_settings",
+    "kv_prompt_tokens",
+    "no_sidecar",
+]
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,15 @@ class KvSpeedSource:
 
 
 @dataclass(frozen=True)
+class ReceiverPorts:
+    """Where a decoder receives pushed KV, for the router to tell the prefiller (lmcache-pd)."""
+
+    host: str
+    init_ports: tuple[int, ...]  # one per TP rank
+    alloc_ports: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class CounterRow:
     """A decode-engine counter the verdict judges by its change across the smoke requests."""
 
@@ -63,8 +84,50 @@ class VerdictSources:
     # Prompt tokens a decoder computes itself per request (lmcache-pd: the prefiller's first
     # token; NIXL hands over the prompt alone).
     local_compute_per_request: int
+    kv_prompt_tokens: int  # the smoke's KV-speed request: see ``kv_prompt_tokens``
     decode_rows: tuple[CounterRow, ...] = ()
     object_stores: tuple[tuple[str, int], ...] = ()  # (service, http port): LMCache /status
+
+
+def kv_prompt_tokens(profile: Profile, chunk_size: int) -> int:
+    """A few LMCache chunks on CPU. On GPUs a few thousand tokens (hundreds of MiB of KV): a
+    transfer of microseconds would be timed mostly by vLLM's completion polling, not the link."""
+    return 4096 if profile is not Profile.CPU else 3 * chunk_size
+
+
+def no_sidecar(kind: Topology, sidecar: SidecarPlan) -> TypeError:
+    """A topology without sidecars asked for one's command: a bug in the tool."""
+    return TypeError(f"{kind.value} plans no sidecars, yet {sidecar.service} was asked for")
+
+
+def foreign_settings(
+    spec: Spec, owner: Topology, sections: tuple[str, ...], port_fields: tuple[str, ...]
+) -> Iterator[SpecIssue]:
+    """``lmcache.<section>`` settings and ``ports.<field>`` bases only ``owner`` reads."""
+    for section in sections:
+        if getattr(spec.lmcache, section) is not None:
+            yield SpecIssue(
+                f"lmcache.{section}",
+                f"applies to topology {owner.value}, but this stack is {spec.topology.value}",
+                f"remove lmcache.{section}, or set topology: {owner.value}",
+            )
+    for name in sorted(spec.ports.model_fields_set & set(port_fields)):
+        yield SpecIssue(
+            f"ports.{name}",
+            f"is only used by topology {owner.value}, not {spec.topology.value}",
+            f"remove ports.{name}",
+        )
+
+
+def baseline_room(spec: Spec) -> Iterator[SpecIssue]:
+    """A P/D stack's name leaves room for its colocated baseline's (``bench --baseline``)."""
+    if len(spec.name) > PD_NAME_MAX:
+        yield SpecIssue(
+            "name",
+            f"is {len(spec.name)} characters long; a P/D stack's name has at most "
+            f"{PD_NAME_MAX}, so that bench's baseline (<name>{BASELINE_SUFFIX}) fits",
+            f"shorten it to {PD_NAME_MAX} characters or less",
+        )
 
 
 @runtime_checkable  # lets the registry test check that each unit has every member
@@ -101,7 +164,13 @@ class TopologyUnit(Protocol):
     @property
     def extra_image_roles(self) -> tuple[str, ...]: ...
 
-    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]: ...
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        """The rules of a stack of this topology."""
+        ...
+
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        """Settings only this topology reads, found on a stack of another topology."""
+        ...
 
     def plan_settings(self, spec: Spec) -> TopologyPlan: ...
 
@@ -111,6 +180,10 @@ class TopologyUnit(Protocol):
 
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]: ...
 
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        """The command of one of the engine's sidecars (those ``sidecars`` returned)."""
+        ...
+
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:
         """vLLM's ``--kv-transfer-config`` (None: the engine moves no KV)."""
         ...
@@ -119,6 +192,10 @@ class TopologyUnit(Protocol):
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         """Ports besides vLLM's http port that a prober outside reaches (published)."""
+        ...
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        """A decoder's KV receive ports (None: the decoder pulls, or no KV moves)."""
         ...
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:

@@ -2,9 +2,9 @@
 decodes its own requests; vllm-router spreads requests over all of them (round robin).
 
 This is the honest baseline for a P/D stack: `bench --baseline colocated` derives it from
-the P/D spec (``colocated_spec`` below), so it has the same engines on the same GPUs or
-cores and differs only in moving no KV. The engines keep their P/D names (prefill-0,
-decode-0...) so a result names the resources it ran on.
+the P/D spec (``baseline_data`` below; generator/stack.py validates it), so it has the same
+engines on the same GPUs or cores and differs only in moving no KV. The engines keep their
+P/D names (prefill-0, decode-0...) so a result names the resources it ran on.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue, XpydError
+from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX, STACK_NAME_MAX
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan
 from generator.plan.parts import ColocatedTopology, NoKV, SidecarPlan
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
-from generator.spec import Profile, RouterKind, Spec, Topology, parse_spec
-from generator.spec.models import BASELINE_SUFFIX, PD_NAME_MAX, STACK_NAME_MAX
-from generator.topologies.base import EngineSite, VerdictSources
+from generator.spec import Profile, RouterKind, Spec, Topology
+from generator.topologies.base import EngineSite, ReceiverPorts, VerdictSources, no_sidecar
 
-__all__ = ["BASELINE_SUFFIX", "UNIT", "Colocated", "colocated_spec"]
+__all__ = ["UNIT", "Colocated", "baseline_data"]
 
 
 class Colocated:
@@ -36,6 +36,9 @@ class Colocated:
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         return iter(())  # any group sizes and TP: no KV has to fit between them
 
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        return iter(())  # it reads nothing the P/D topologies do not
+
     def plan_settings(self, spec: Spec) -> ColocatedTopology:
         return ColocatedTopology()
 
@@ -45,6 +48,9 @@ class Colocated:
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
         return ()
 
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        raise no_sidecar(self.kind, sidecar)
+
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:
         return None  # no --kv-transfer-config: vLLM computes every prompt itself
 
@@ -53,6 +59,9 @@ class Colocated:
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         return ()
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        return None
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
         return []
@@ -70,17 +79,17 @@ class Colocated:
 UNIT = Colocated()
 
 
-def colocated_spec(spec: Spec, plan: Plan) -> Spec:
-    """The baseline's spec: the P/D spec's own settings (as the user wrote them) minus what
-    only P/D reads, validated like any spec. The router keeps the P/D router's port and
-    host, so clients and benchmarks reach both at the same address."""
+def baseline_data(spec: Spec, plan: Plan) -> dict[str, Any]:
+    """The baseline's spec, unvalidated: the P/D spec's own settings (as the user wrote them)
+    minus what only P/D reads. The router keeps the P/D router's port and host, so clients
+    and benchmarks reach both at the same address."""
     if spec.topology is Topology.COLOCATED:
         raise XpydError(
             f"{spec.name} is already colocated: there is no P/D stack to compare with it",
             hint="run bench without --baseline, or bench a P/D stack",
         )
     name = spec.name + BASELINE_SUFFIX
-    if len(name) > STACK_NAME_MAX:  # a spec parsed without load_spec's name rules
+    if len(name) > STACK_NAME_MAX:  # a spec parsed without the P/D units' name rule
         raise XpydError(
             f"the baseline's stack name {name!r} is longer than {STACK_NAME_MAX} characters",
             hint=f"shorten name in the stack spec to {PD_NAME_MAX} or less",
@@ -96,7 +105,7 @@ def colocated_spec(spec: Spec, plan: Plan) -> Spec:
         if field in ("prefill_http", "decode_http", "router_metrics")
     }
     data["router"] = _router(data.get("router", {}), plan)
-    return parse_spec(data, source=f"colocated baseline of {spec.name}", baseline=True)
+    return data
 
 
 def _router(given: dict[str, Any], plan: Plan) -> dict[str, Any]:

@@ -13,20 +13,28 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
     EngineKV,
     LMCachePDReceiverKV,
     LMCachePDSenderKV,
     LMCachePDTopology,
-    ProxyRouterPlan,
     SidecarPlan,
     part_of,
 )
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import LMCachePDSpec, Profile, RouterKind, Spec, Topology
-from generator.topologies.base import EngineSite, KvSpeedSource, VerdictSources
+from generator.topologies.base import (
+    EngineSite,
+    KvSpeedSource,
+    ReceiverPorts,
+    VerdictSources,
+    baseline_room,
+    foreign_settings,
+    kv_prompt_tokens,
+    no_sidecar,
+)
 
 __all__ = ["LMCACHE_CONFIG_PATH", "UNIT", "LMCachePD"]
 
@@ -52,6 +60,10 @@ class LMCachePD:
                 "TP rank's KV to the decoder rank of the same number, so the sizes must match",
                 f"set prefill.tp and decode.tp to the same value (e.g. both {d_tp})",
             )
+        yield from baseline_room(spec)
+
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        return foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
 
     def plan_settings(self, spec: Spec) -> LMCachePDTopology:
         given = spec.lmcache.pd or LMCachePDSpec()
@@ -85,6 +97,9 @@ class LMCachePD:
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
         return ()
 
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        raise no_sidecar(self.kind, sidecar)
+
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         # Seed A's settings: keep partial chunks (P/D must move every token's KV), a
         # per-instance RPC name, and decoders skip the last prompt token (the prefiller
@@ -114,6 +129,12 @@ class LMCachePD:
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         kv = engine.kv
         return (kv.nixl_telemetry_port,) if isinstance(kv, LMCachePDSenderKV) else ()
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        kv = engine.kv
+        if not isinstance(kv, LMCachePDReceiverKV):
+            return None
+        return ReceiverPorts(engine.advertise_host, kv.init_ports, kv.alloc_ports)
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
         # One LMCache cannot bind leaves them closed without any error while /health says 200.
@@ -149,7 +170,8 @@ class LMCachePD:
             # GPU KV moves GPU to GPU, except with LMCache's transfer buffer in host memory.
             memory="cuda" if _settings(plan).buffer_device == "cuda" else "host",
         )
-        return VerdictSources(speed, local_compute_per_request=1)
+        tokens = kv_prompt_tokens(plan.profile, _settings(plan).chunk_size)
+        return VerdictSources(speed, local_compute_per_request=1, kv_prompt_tokens=tokens)
 
 
 def _settings(plan: Plan) -> LMCachePDTopology:
@@ -209,9 +231,7 @@ def _role_config(plan: Plan, engine: EnginePlan, settings: LMCachePDTopology) ->
         "pd_role": "sender",
         "pd_buffer_size": settings.prefill_buffer_bytes,
         "pd_proxy_host": plan.router.advertise_host,
-        "pd_proxy_port": plan.router.notify_port
-        if isinstance(plan.router, ProxyRouterPlan)
-        else None,
+        "pd_proxy_port": plan.router.notices_port(),
     }
 
 

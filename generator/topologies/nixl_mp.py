@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
+from generator.plan.files import ConfigFile
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
     LMCacheServerPlan,
@@ -21,11 +22,19 @@ from generator.plan.parts import (
     part_of,
 )
 from generator.plan.ports import PortBook
-from generator.services.model import ConfigFile
 from generator.spec import LMCacheServerSpec, Profile, RouterKind, Spec, Topology
-from generator.topologies.base import CounterRow, EngineSite, KvSpeedSource, VerdictSources
+from generator.topologies.base import (
+    CounterRow,
+    EngineSite,
+    KvSpeedSource,
+    ReceiverPorts,
+    VerdictSources,
+    baseline_room,
+    foreign_settings,
+    kv_prompt_tokens,
+)
 
-__all__ = ["UNIT", "NixlMP", "lmcache_server_command"]
+__all__ = ["UNIT", "NixlMP"]
 
 _CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs little
 _GPU_L1_SIZE_GB = 100.0  # the MP docs' value
@@ -48,6 +57,17 @@ class NixlMP:
                 f"prefill TP {p_tp} and decode TP {d_tp}: NIXL's heterogeneous TP needs one to "
                 "divide the other",
                 "pick TP sizes where the larger is a multiple of the smaller",
+            )
+        yield from baseline_room(spec)
+
+    def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
+        yield from foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
+        if "nixl" in spec.model_fields_set:
+            yield SpecIssue(
+                "nixl",
+                f"is read by the nixl-mp topology only (this stack is {spec.topology.value}; "
+                "lmcache-pd's transfer always pushes)",
+                "remove the nixl section, or set topology: nixl-mp",
             )
 
     def plan_settings(self, spec: Spec) -> NixlMPTopology:
@@ -88,6 +108,9 @@ class NixlMP:
             ),
         )
 
+    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+        return _lmcache_server_command(plan, engine)
+
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
         server = _kv(engine).lmcache_server
         role = "kv_producer" if engine.role is Role.PREFILL else "kv_consumer"
@@ -122,6 +145,9 @@ class NixlMP:
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         return ()
+
+    def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:
+        return None  # the decoder pulls: no ports to tell
 
     def engine_listening(self, engine: EnginePlan) -> list[tuple[str, int]]:
         return []
@@ -158,7 +184,8 @@ class NixlMP:
         stores = tuple(
             (_kv(e).lmcache_server.service, _kv(e).lmcache_server.http_port) for e in plan.engines
         )
-        return VerdictSources(speed, 0, rows, stores)
+        tokens = kv_prompt_tokens(plan.profile, _settings(plan).chunk_size)
+        return VerdictSources(speed, 0, tokens, rows, stores)
 
 
 def _kv(engine: EnginePlan) -> NixlMPEngineKV:
@@ -186,7 +213,7 @@ def _server(spec: Spec, book: PortBook, site: EngineSite) -> LMCacheServerPlan:
     )
 
 
-def lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
+def _lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
     server, settings = _kv(engine).lmcache_server, _settings(plan)
     # On a bridge network peers reach the server by service name, so bind all interfaces of
     # the container; with host networking only the co-located engine needs it.

@@ -17,6 +17,7 @@ from generator.services.bench import BenchSettings
 from generator.workflow.hosts import HostStack
 from generator.workflow.records import RunRecord
 from generator.workflow.report import EventLevel, Reporter
+from generator.workflow.states import FAILED_STATES
 
 __all__ = [
     "BenchSettings",
@@ -88,6 +89,4 @@ class RunContext:
         self._cancel_all = True
 
     def failed(self) -> bool:
-        from generator.workflow.task import FAILED_STATES
-
         return any(task.state in FAILED_STATES for task in self.record.tasks.values())

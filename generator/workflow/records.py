@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from generator.workflow.task import TaskState
+from generator.workflow.states import TaskState
 
 __all__ = ["RunRecord", "TaskRecord", "latest_run", "new_run_id"]
 

@@ -11,27 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, overload
+
+from generator.workflow.states import DONE_STATES, FAILED_STATES, TaskState
 
 if TYPE_CHECKING:
     from generator.workflow.context import RunContext
 
 __all__ = ["DONE_STATES", "FAILED_STATES", "SkipTask", "Task", "TaskState"]
 
-
-class TaskState(StrEnum):
-    PENDING = "pending"  # waiting for its upstream tasks
-    RUNNING = "running"  # its function is executing
-    SUCCESS = "success"  # returned normally
-    FAILED = "failed"  # raised, after its retries
-    UPSTREAM_FAILED = "upstream_failed"  # never ran: something it needs failed
-    SKIPPED = "skipped"  # not asked for (an optional task) or before --from
-    CANCELLED = "cancelled"  # interrupted (Ctrl+C) before or while running
-
-
-DONE_STATES = frozenset({TaskState.SUCCESS, TaskState.SKIPPED})
-FAILED_STATES = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.CANCELLED})
 
 TaskFunction = Callable[["RunContext"], str | None]
 

@@ -9,10 +9,11 @@ import pytest
 
 from generator.errors import SpecError, XpydError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import render_stack
-from generator.spec import Spec, load_spec, parse_spec
-from generator.topologies.colocated import colocated_spec
+from generator.spec import Spec
+from generator.stack import baseline_spec, load_spec, parse_spec
 from tests.conftest import ROOT, spec_dict
 
 P_D_STACKS = sorted(path.stem for path in (ROOT / "stacks").glob("*.yaml"))
@@ -21,7 +22,7 @@ P_D_STACKS = sorted(path.stem for path in (ROOT / "stacks").glob("*.yaml"))
 def _pair(stack: str) -> tuple[Spec, Plan, Plan]:
     spec = load_spec(Workspace(ROOT).stack_file(stack))
     plan = make_plan(spec)
-    return spec, plan, make_plan(colocated_spec(spec, plan))
+    return spec, plan, make_plan(baseline_spec(spec, plan))
 
 
 def _resources(plan: Plan) -> dict[str, tuple[object, ...]]:
@@ -63,16 +64,16 @@ def test_the_baseline_moves_no_kv_and_round_robins_over_every_engine(stack: str)
 
 def test_a_stack_already_colocated_has_no_baseline() -> None:
     spec, plan, _ = _pair("cpu-1p1d")
-    colocated = colocated_spec(spec, plan)
+    colocated = baseline_spec(spec, plan)
     with pytest.raises(XpydError, match="already colocated"):
-        colocated_spec(colocated, make_plan(colocated))
+        baseline_spec(colocated, make_plan(colocated))
 
 
 def test_a_name_too_long_for_the_baseline_is_refused_with_the_limit() -> None:
     spec, plan, _ = _pair("cpu-1p1d")
     long = spec.model_copy(update={"name": "a" * 23})  # made in code: load_spec refuses it
     with pytest.raises(XpydError, match="longer than 32") as caught:
-        colocated_spec(long, plan)
+        baseline_spec(long, plan)
     assert "22 or less" in (caught.value.hint or "")
 
 
@@ -90,7 +91,7 @@ def test_the_longest_pd_name_gets_its_baseline() -> None:
     longest = parse_spec(
         {**spec.model_dump(mode="json", exclude_unset=True), "name": "a" * 22}, source="t"
     )
-    assert colocated_spec(longest, make_plan(longest)).name == "a" * 22 + "-colocated"
+    assert baseline_spec(longest, make_plan(longest)).name == "a" * 22 + "-colocated"
 
 
 @pytest.mark.parametrize("topology", ["colocated", "nixl-mp"])

@@ -13,10 +13,11 @@ from generator.bench import check_fits, load_points
 from generator.cli.bench_command import parse_concurrencies, parse_goodput, parse_rates
 from generator.errors import XpydError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.services.bench import Preset, bench_command, default_preset, preset_settings
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.conftest import ROOT
 from tests.tools import run_cli
 

@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from generator.paths import Workspace  # noqa: E402
-from generator.plan import make_plan  # noqa: E402
+from generator.planner import make_plan  # noqa: E402
 from generator.render import render_stack  # noqa: E402
 from generator.render.writer import write_rendered  # noqa: E402
-from generator.spec import parse_spec  # noqa: E402
+from generator.stack import parse_spec  # noqa: E402
 
 TARGET_S = 2.0
 T = TypeVar("T")

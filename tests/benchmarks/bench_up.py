@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from python_on_whales import DockerClient  # noqa: E402, TID251 - a benchmark, not the product
 
 from generator.paths import Workspace  # noqa: E402
-from generator.plan import Plan, make_plan  # noqa: E402
+from generator.plan import Plan  # noqa: E402
+from generator.planner import make_plan  # noqa: E402
 from generator.probes import Check, run_smoke, wait_until_ready  # noqa: E402
 from generator.probes.http import read_here  # noqa: E402
 from generator.probes.readiness import (  # noqa: E402
@@ -37,9 +38,8 @@ from generator.probes.readiness import (  # noqa: E402
 )
 from generator.routers import router_of  # noqa: E402
 from generator.services.commands import engine_command  # noqa: E402
-from generator.spec import load_spec  # noqa: E402
+from generator.stack import load_spec  # noqa: E402
 from generator.topologies import topology_of  # noqa: E402
-from generator.topologies.nixl_mp import lmcache_server_command  # noqa: E402
 
 STACK = "cpu-1p1d"
 CACHE = ROOT / ".cache"
@@ -220,7 +220,7 @@ def run_bare() -> tuple[float, int]:
         noop = lambda: None  # noqa: E731
         engines = {engine.name: engine for engine in plan.engines}
         for sidecar in plan.sidecars:
-            command = lmcache_server_command(plan, engines[sidecar.engine])
+            command = topology_of(plan).sidecar_command(plan, engines[sidecar.engine], sidecar)
             pids.append(start(command, base_env, sidecar.service).pid)
         for sidecar in plan.sidecars:
             wait_until_ready(

@@ -14,8 +14,8 @@ from rich.text import Text
 from generator.cli import app, main
 from generator.errors import XpydError
 from generator.paths import Workspace
-from generator.plan import make_plan
-from generator.spec import load_spec
+from generator.planner import make_plan
+from generator.stack import load_spec
 from generator.workbench import rendered_projects
 from generator.workflow.context import RunOptions
 from generator.workflow.report import RecordingReporter

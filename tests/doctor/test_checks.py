@@ -26,9 +26,9 @@ from generator.doctor.host_checks import port_checks, token_checks
 from generator.doctor.kvpath import KvProbe, container_view, judge, own_gpus_variant
 from generator.doctor.report import Verdict
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import render_stack
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FACTS = EngineFacts("28.2.2", "v2.40.3", ("runc",), "runc", "/var/lib/docker", (), None)

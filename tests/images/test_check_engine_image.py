@@ -12,9 +12,9 @@ import pytest
 
 from generator.cpu_features import cpu_features
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render.images import plan_images
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/check_engine_image.py"
 IN_IMAGE = "/opt/xpyd/check_engine_image.py"

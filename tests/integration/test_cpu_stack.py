@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.probes import run_smoke
 from generator.probes.http import read_here
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states, workspace_copy
 
 pytestmark = pytest.mark.stack

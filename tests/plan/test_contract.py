@@ -8,9 +8,10 @@ import ast
 import pytest
 
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import render_stack
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.conftest import ROOT
 
 _PACKAGE = ROOT / "generator"

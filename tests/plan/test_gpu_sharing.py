@@ -9,9 +9,9 @@ import pytest
 
 from generator.errors import PlanError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.services.commands import engine_command
-from generator.spec import load_spec, parse_spec
+from generator.stack import load_spec, parse_spec
 from tests.conftest import spec_dict
 
 

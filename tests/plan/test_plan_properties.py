@@ -17,9 +17,9 @@ from generator.plan import (
     Plan,
     RouterPlan,
     VllmRouterPlan,
-    make_plan,
 )
-from generator.spec import parse_spec
+from generator.planner import make_plan
+from generator.stack import parse_spec
 
 TP_SIZES = st.sampled_from([1, 2, 4, 8])
 

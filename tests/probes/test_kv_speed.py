@@ -4,9 +4,10 @@ travels (same-host GPUs: a TCP-class fallback fails; between hosts: slow warns; 
 from __future__ import annotations
 
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.probes.kv_speed import KvCounters, kv_side, kv_speed_row
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 MIB = 1 << 20
 

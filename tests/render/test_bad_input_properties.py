@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 
 from generator.errors import PlanError, SpecError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
-from generator.spec import load_spec, parse_spec
+from generator.stack import load_spec, parse_spec
 from tests.tools import compose_cli, hadolint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,11 +13,11 @@ import pytest
 
 from generator.errors import RenderError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.render.jinja import render_template
 from generator.render.writer import write_rendered
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.tools import compose_cli
 
 SNEAKY = ["--x=${AWS_SECRET_ACCESS_KEY}", "$HOME", "a$$b", "${X:-default}", "$"]

@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from generator.paths import Workspace
-from generator.plan import LMCachePDReceiverKV, Plan, make_plan
+from generator.plan import LMCachePDReceiverKV, Plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 
 def rendered(workspace: Workspace, stack: str, *overrides: str) -> tuple[Plan, RenderedStack]:

@@ -11,9 +11,9 @@ import pytest
 
 from generator.errors import RenderError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render.images import GPU_ENGINE_LOCK, ImageBuild, plan_images
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 INSTALL = "python3 -m pip install --require-hashes --no-deps -r /tmp/requirements.lock"
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.tools import compose_cli, hadolint
 
 VARIANTS = {

@@ -11,11 +11,11 @@ import pytest
 
 from generator.errors import RenderError, SpecError
 from generator.paths import RESERVED_IMAGE_DIRS, Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.manifest import MANIFEST_NAME
 from generator.render.writer import diff_rendered, write_all, write_rendered
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.conftest import spec_dict
 from tests.tools import run_cli
 
@@ -204,7 +204,7 @@ def test_cli_render_of_several_stacks_writes_none_when_one_is_invalid(tmp_path: 
 def test_a_stack_named_like_the_tools_own_folders_is_refused(
     name: str, workspace: Workspace, tmp_path: Path
 ) -> None:
-    from generator.spec import parse_spec
+    from generator.stack import parse_spec
 
     with pytest.raises(SpecError, match=f"name: '{name}' is the name of the tool's own folder"):
         parse_spec(spec_dict(name=name), source="t")

@@ -10,10 +10,11 @@ import pytest
 
 from generator.errors import SpecError
 from generator.paths import Workspace
-from generator.plan import Plan, make_plan
+from generator.plan import Plan
+from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.serializers.process import load_process_project
-from generator.spec import load_spec
+from generator.stack import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SINGLE_HOST = ["cpu-1p1d", "cpu-lmcache-pd", "xpyd", "xpyd-mp"]

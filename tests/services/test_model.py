@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render.images import plan_images
 from generator.serializers.compose import compose_projects
 from generator.services.build import build_deployment, image_ref
 from generator.services.model import Deployment, NetworkMode
-from generator.spec import load_spec
+from generator.stack import load_spec
 from tests.render.test_shipped_stacks import SHIPPED
 
 

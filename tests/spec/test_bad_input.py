@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from generator.errors import PlanError, SpecError
-from generator.plan import make_plan
-from generator.spec import load_spec, parse_spec
+from generator.planner import make_plan
 from generator.spec.source import MAX_DEPTH, MAX_SPEC_BYTES
+from generator.stack import load_spec, parse_spec
 from tests.conftest import spec_dict
 
 TOKEN = "hf_" + "Q1w2E3r4T5" * 3

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from generator.errors import SpecError
-from generator.plan import make_plan
-from generator.spec import DockerAccess, Spec, parse_spec
+from generator.planner import make_plan
+from generator.spec import DockerAccess, Spec
+from generator.stack import parse_spec
 from tests.conftest import spec_dict
 
 

@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from generator.errors import SpecError
-from generator.spec import DockerAccess, parse_spec
+from generator.spec import DockerAccess
 from generator.spec.identity import LOCAL_MACHINE, engine_machine
+from generator.stack import parse_spec
 from tests.conftest import spec_dict
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from generator.errors import PlanError, SpecError
-from generator.plan import make_plan
-from generator.spec import load_spec, parse_spec
+from generator.planner import make_plan
+from generator.stack import load_spec, parse_spec
 from tests.conftest import spec_dict
 
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from generator.errors import SpecError
 from generator.paths import Workspace
-from generator.spec import load_spec, parse_spec
 from generator.spec.owned import (
     _LMCACHE_CONFIG_KEYS,
     _LMCACHE_ENV,
@@ -22,6 +21,7 @@ from generator.spec.owned import (
     ROUTER_FLAGS,
     owned_flag,
 )
+from generator.stack import load_spec, parse_spec
 from tests.conftest import spec_dict
 from tests.render.test_shipped_stacks import SHIPPED
 from tests.services.test_model import deployment_of

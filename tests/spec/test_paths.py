@@ -8,8 +8,8 @@ import pytest
 from generator.errors import SpecError
 from generator.paths import Workspace
 from generator.services.model import BindMount, NamedVolume, TmpfsMount
-from generator.spec import parse_spec
 from generator.spec.checks import TOOL_CONTAINER_PATHS
+from generator.stack import parse_spec
 from tests.conftest import spec_dict
 from tests.render.test_shipped_stacks import SHIPPED
 from tests.services.test_model import deployment_of

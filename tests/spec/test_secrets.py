@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from generator.errors import SpecError, StackError
 from generator.paths import Workspace
-from generator.plan import make_plan
+from generator.planner import make_plan
 from generator.render import render_stack
 from generator.runtimes.process import _passed_env
 from generator.serializers.process import load_process_project
-from generator.spec import load_spec, parse_spec
 from generator.spec.secret_shapes import names_a_secret
+from generator.stack import load_spec, parse_spec
 from tests.conftest import spec_dict
 
 ROOT = Path(__file__).resolve().parents[2]

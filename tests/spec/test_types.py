@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from generator.errors import SpecError
-from generator.spec import parse_spec
+from generator.stack import parse_spec
 from tests.conftest import spec_dict
 
 # (override, a value that must pass, values that must be refused)

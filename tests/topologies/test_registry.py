@@ -11,13 +11,14 @@ import pytest
 
 from generator.plan import RouterPlan, TopologyPlan
 from generator.routers import ROUTERS, RouterUnit, router_kind
-from generator.spec import RouterKind, Topology, parse_spec
+from generator.spec import RouterKind, Topology
+from generator.stack import parse_spec
 from generator.topologies import TOPOLOGIES, TopologyUnit
 from tests.conftest import ROOT, spec_dict
 
-# Where a kind's enum members may be named: the spec that defines them, the units, and the
-# plan parts that carry them as discriminators.
-_KIND_HOMES = ("generator/spec/", "generator/topologies/", "generator/routers/")
+# Where a kind's enum members may be named: the units, and the plan parts that carry them as
+# discriminators (the spec defines the enums but names no member: the units' rules are theirs).
+_KIND_HOMES = ("generator/topologies/", "generator/routers/")
 _PARTS = "generator/plan/parts.py"
 
 

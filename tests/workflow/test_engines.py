@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from generator.docker import LOCAL, DockerEndpoint
 from generator.errors import PlanError
-from generator.plan import make_plan
-from generator.spec import DockerAccess, parse_spec
+from generator.planner import make_plan
+from generator.spec import DockerAccess
 from generator.spec.identity import LOCAL_MACHINE, engine_machine
+from generator.stack import parse_spec
 from generator.workflow.engines import host_endpoints
 from tests.conftest import spec_dict
 

@@ -12,9 +12,10 @@ import pytest
 
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
-from generator.plan import EnginePlan, make_plan
+from generator.plan import EnginePlan
+from generator.planner import make_plan
 from generator.render import render_stack
-from generator.spec import load_spec
+from generator.stack import load_spec
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.dag import build_graph, default_selection, start_waves
 from generator.workflow.graph import Graph

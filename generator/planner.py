@@ -1,8 +1,8 @@
-"""``build_plan`` (``generator.plan.make_plan``): Spec -> Plan. Pure and deterministic.
-
-What differs between topologies and router kinds (their settings, their own ports) comes
-from their units (generator/topologies/, generator/routers/); ports are claimed in a fixed
-order: fixed ones, the router's, then engine by engine.
+"""``make_plan``: Spec -> Plan. Pure and deterministic. It sits above the units it consults
+(generator/topologies/, generator/routers/), which sit above the plan's data
+(generator/plan/): what differs between topologies and router kinds (their settings, their
+own ports) comes from them. Ports are claimed in a fixed order: fixed ones, the router's,
+then engine by engine.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from generator.routers import RouterSite, router_kind, router_unit
 from generator.spec import GroupSpec, HostSpec, Profile, Runtime, Spec
 from generator.topologies import EngineSite, TopologyUnit, topology_unit
 
-__all__ = ["build_plan"]
+__all__ = ["make_plan"]
 
 
-def build_plan(spec: Spec) -> Plan:
+def make_plan(spec: Spec) -> Plan:
     # Host networking on GPUs (NIXL and RDMA advertise host addresses), across hosts (KV and
     # side channels must reach the other host's address) and for local processes (there is no
     # bridge); a bridge for single-host cpu stacks in containers.

@@ -1,0 +1,37 @@
+"""A stack's spec as the tool takes it: the spec's own rules (generator/spec/), then the rules
+of its topology and router (the units, which sit above the spec). Every command loads specs
+here; ``generator.spec`` alone checks no unit's rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from generator.plan.models import Plan
+from generator.routers import router_issues
+from generator.spec import Rule, Spec, read_spec_file, validate_spec
+from generator.topologies import baseline_data, topology_issues
+
+__all__ = ["UNIT_RULES", "baseline_spec", "load_spec", "parse_spec"]
+
+UNIT_RULES: tuple[Rule, ...] = (topology_issues, router_issues)
+
+
+def load_spec(path: Path, overrides: Sequence[str] = ()) -> Spec:
+    return read_spec_file(path, overrides, rules=UNIT_RULES)
+
+
+def parse_spec(
+    raw: object, *, source: str, overrides: Sequence[str] = (), baseline: bool = False
+) -> Spec:
+    """``baseline``: the spec bench derives (``baseline_spec``), which alone may carry the
+    baseline's name."""
+    return validate_spec(
+        raw, source=source, overrides=overrides, baseline=baseline, rules=UNIT_RULES
+    )
+
+
+def baseline_spec(spec: Spec, plan: Plan) -> Spec:
+    """``bench --baseline colocated``: the P/D stack's colocated twin, validated like any spec."""
+    data = baseline_data(spec, plan)
+    return parse_spec(data, source=f"colocated baseline of {spec.name}", baseline=True)
