@@ -12,9 +12,9 @@ from generator.plan.models import Plan
 from generator.plan.parts import RouterPlan
 from generator.plan.ports import PortBook
 from generator.services.model import ConfigFile
-from generator.spec import RouterKind, Spec
+from generator.spec import PolicyChoice, RouterKind, SidedPolicy, Spec
 
-__all__ = ["RouterSite", "RouterUnit"]
+__all__ = ["RouterSite", "RouterUnit", "policy_field", "policy_sides"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class RouterSite:
     address: str
     advertise_host: str
     port: int
-    policy: str
+    policy: SidedPolicy
     session_header: str | None
     extra_args: tuple[str, ...]
     notices: bool  # the topology sends KV-ready notices to the router
@@ -86,3 +86,18 @@ class RouterUnit(Protocol):
     def sticky_sessions(self, plan: Plan) -> bool:
         """It keeps one session on one pair (the verdict checks it)."""
         ...
+
+
+def policy_sides(spec: Spec) -> list[tuple[str, PolicyChoice]]:
+    """Each side's policy to check; one entry while both sides are the same."""
+    policy = spec.router.policy
+    if policy.prefill == policy.decode:
+        return [("prefill", policy.prefill)]
+    return [("prefill", policy.prefill), ("decode", policy.decode)]
+
+
+def policy_field(spec: Spec, side: str, option: str | None = None) -> str:
+    """The spec field a policy issue names: router.policy while both sides are the same."""
+    policy = spec.router.policy
+    field = "router.policy" if policy.prefill == policy.decode else f"router.policy.{side}"
+    return f"{field}.options.{option}" if option else field

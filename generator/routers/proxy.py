@@ -5,7 +5,9 @@ built with the proxy's own config model so the two can never disagree."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from generator.errors import SpecIssue
 from generator.plan.models import EnginePlan, Plan
@@ -16,11 +18,14 @@ from generator.proxy.config import (
     DecoderConfig,
     ListenConfig,
     NotifyConfig,
+    PolicyChoice,
     PolicyConfig,
     ProxyConfig,
 )
-from generator.routers.base import RouterSite
+from generator.proxy.policies import POLICIES
+from generator.routers.base import RouterSite, policy_field, policy_sides
 from generator.services.model import ConfigFile
+from generator.spec import PolicyChoice as SpecPolicy
 from generator.spec import RouterKind, Spec
 from generator.topologies import topology_of, topology_unit
 
@@ -34,7 +39,7 @@ class Proxy:
     # Seed A's proxy listens on 9100, node_exporter's port on most GPU hosts: the seed stacks
     # keep it (router.port), everything else defaults to 8100.
     default_port = 8100
-    policies = ("round_robin", "least_outstanding")
+    policies = tuple(POLICIES)  # the proxy's own registry: router.yaml reads the same
     ships_proxy = True
     stamp: Literal["response-id", "headers"] = "headers"
 
@@ -51,6 +56,7 @@ class Proxy:
                 "the proxy serves /metrics on its own port",
                 "remove router.prometheus_port",
             )
+        yield from _option_issues(spec)
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> ProxyRouterPlan:
         notify = None
@@ -91,7 +97,9 @@ def _config(plan: Plan) -> ProxyConfig:
         protocol=protocol,
         listen=ListenConfig(host="0.0.0.0", port=router.port),
         model=plan.model.served_name,
-        policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),
+        policy=PolicyConfig(
+            prefill=_policy(router.policy.prefill, plan), decode=_policy(router.policy.decode, plan)
+        ),
         session_header=router.session_header,
         prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],
         decode=[_decoder(engine) for engine in plan.decode],
@@ -99,6 +107,37 @@ def _config(plan: Plan) -> ProxyConfig:
         if router.notify_port
         else None,
     )
+
+
+def _option_issues(spec: Spec) -> Iterator[SpecIssue]:
+    for side, choice in policy_sides(spec):
+        kind = POLICIES.get(choice.name)
+        if kind is None:
+            continue  # router_issues names the policy
+        try:
+            kind.options.model_validate(choice.options)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            option = ".".join(str(part) for part in first["loc"])
+            known = ", ".join(kind.options.model_fields) or "none"
+            yield SpecIssue(
+                policy_field(spec, side, option),
+                f"{first['msg']} (got {first['input']!r})",
+                f"the proxy's {choice.name} options: {known}",
+            )
+
+
+def _policy(choice: SpecPolicy, plan: Plan) -> PolicyChoice:
+    return PolicyChoice(name=choice.name, options=_stack_defaults(choice, plan) | choice.options)
+
+
+def _stack_defaults(choice: SpecPolicy, plan: Plan) -> dict[str, Any]:
+    """prefix_aware hashes blocks of LMCache's chunk_size: the unit it stores and finds KV in,
+    in both P/D topologies (vLLM's own block size is not in the plan)."""
+    chunk_size = getattr(plan.topology, "chunk_size", None)
+    if choice.name != "prefix_aware" or chunk_size is None:
+        return {}
+    return {"block_tokens": chunk_size}
 
 
 def _notice_bind_host(router: ProxyRouterPlan) -> str:
