@@ -47,7 +47,8 @@ def test_every_written_form_reads_as_two_sides(written: object, prefill: str, de
 
 
 def test_one_name_is_written_back_as_one_name() -> None:
-    assert SidedPolicy.model_validate("round_robin").model_dump(mode="json") == "round_robin"
+    written: object = SidedPolicy.model_validate("round_robin").model_dump(mode="json")
+    assert written == "round_robin"
 
 
 def test_vllm_router_gets_a_policy_per_side_and_cache_aware_options_as_flags() -> None:
