@@ -62,7 +62,8 @@ class Policy(Protocol):
 
 
 class NoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict, as the stack spec is: "8" is not 8
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class PrefixAwareOptions(NoOptions):

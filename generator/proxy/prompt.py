@@ -31,7 +31,8 @@ class RequestView:
 
     prompt: object = None  # the body's prompt, or its chat messages
     chat: bool = False
-    _hashes: tuple[int, ...] | None = field(default=None, repr=False)
+    # per (block_tokens, chars_per_token, max_blocks): the two sides' policies may differ
+    _hashes: dict[tuple[int, int, int], tuple[int, ...]] | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, body: dict[str, Any], *, chat: bool) -> RequestView:
@@ -41,14 +42,15 @@ class RequestView:
         self, block_tokens: int, chars_per_token: int, max_blocks: int
     ) -> tuple[int, ...]:
         if self._hashes is None:
-            self._hashes = _hashes(
-                self.prompt, self.chat, block_tokens, chars_per_token, max_blocks
-            )
-            self.prompt = None  # the hashes are all a policy needs: the prompt may be freed
-        return self._hashes
+            self._hashes = {}
+        key = (block_tokens, chars_per_token, max_blocks)
+        if key not in self._hashes:  # after release(), no prompt: no blocks
+            self._hashes[key] = _hashes(self.prompt, self.chat, *key)
+        return self._hashes[key]
 
     def release(self) -> None:
-        """The payloads are serialized: the view no longer holds the prompt."""
+        """The payloads are serialized: the view no longer holds the prompt (hashes made so
+        far stay, for a retried prefill)."""
         self.prompt = None
 
 

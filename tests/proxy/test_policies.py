@@ -71,6 +71,7 @@ def test_config_takes_a_name_or_a_name_with_options_and_writes_back_the_same() -
         ("cache_aware", "'cache_aware' is not a policy; use one of: round_robin"),
         ({"name": "prefix_aware", "options": {"block_tokens": 0}}, "block_tokens"),
         ({"name": "round_robin", "options": {"block_tokens": 4}}, "round_robin options"),
+        ({"name": "prefix_aware", "options": {"hot_threshold": "8"}}, "hot_threshold"),
     ],
 )
 def test_config_refuses_unknown_names_and_options(side: object, message: str) -> None:
@@ -104,6 +105,16 @@ def test_text_prompts_hash_in_character_blocks_and_chat_in_message_order() -> No
 @pytest.mark.parametrize("prompt", [None, 5, [], [[1, [2]]], [1, 2, [3], 4, 5, 6, 7, 8], {"a": 1}])
 def test_prompts_without_blocks_give_none_or_stop_early(prompt: object) -> None:
     assert len(RequestView(prompt, False).block_hashes(4, 1, 100)) <= 1
+
+
+def test_each_block_size_gets_its_own_hashes_from_one_view() -> None:
+    """The prefill and decode policies may hash in blocks of different sizes."""
+    view = RequestView(list(range(16)), False)
+    assert len(view.block_hashes(8, 1, 100)) == 2
+    assert len(view.block_hashes(4, 1, 100)) == 4
+    view.release()
+    assert len(view.block_hashes(8, 1, 100)) == 2  # made before: kept for a retried prefill
+    assert view.block_hashes(2, 1, 100) == ()  # the prompt is gone
 
 
 def test_max_blocks_bounds_the_work() -> None:
