@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from generator.routers import ROUTERS, router_kind
+from generator.routers import ROUTERS, policy_router, router_kind
 from generator.spec import RouterKind, Spec, parse_spec
 
 __all__ = ["MAX_POLICIES", "PolicyArm", "arms_of", "parse_policies", "policy_spec"]
@@ -54,13 +54,11 @@ def _arm(item: str) -> PolicyArm:
         if name not in ROUTERS[kind].policies:
             raise ValueError(f"{name!r} is not a {kind.value} policy ({_choices(kind)})")
         return PolicyArm(kind, name)
-    for kind in (RouterKind.PROXY, RouterKind.VLLM_ROUTER):
-        if name in ROUTERS[kind].policies:
-            return PolicyArm(kind, name)
-    raise ValueError(
-        f"{name!r} is not a policy; proxy: {_choices(RouterKind.PROXY)}; "
-        f"vllm-router: {_choices(RouterKind.VLLM_ROUTER)}"
-    )
+    found = policy_router(name)
+    if found is None:
+        choices = "; ".join(f"{kind.value}: {_choices(kind)}" for kind in ROUTERS)
+        raise ValueError(f"{name!r} is not a policy; {choices}")
+    return PolicyArm(found, name)
 
 
 def _kind(text: str) -> RouterKind:

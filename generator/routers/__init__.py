@@ -19,6 +19,7 @@ __all__ = [
     "RouterSite",
     "RouterUnit",
     "policy_field",
+    "policy_router",
     "policy_sides",
     "router_issues",
     "router_kind",
@@ -29,6 +30,15 @@ __all__ = [
 ROUTERS: Mapping[RouterKind, RouterUnit] = MappingProxyType(
     {unit.kind: unit for unit in (proxy.UNIT, vllm_router.UNIT)}
 )
+
+
+def policy_router(policy: str) -> RouterKind | None:
+    """Which router a bare policy name is: the proxy's where it has it (it routes both P/D
+    topologies), else vllm-router's; None where neither has it."""
+    for kind in (RouterKind.PROXY, RouterKind.VLLM_ROUTER):
+        if policy in ROUTERS[kind].policies:
+            return kind
+    return None
 
 
 def router_kind(spec: Spec) -> RouterKind:
