@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pydantic import BaseModel, ValidationError
+
 from generator.errors import SpecIssue
 from generator.plan.models import Plan
 from generator.plan.parts import RouterPlan
@@ -14,7 +16,7 @@ from generator.plan.ports import PortBook
 from generator.services.model import ConfigFile
 from generator.spec import PolicyChoice, RouterKind, SidedPolicy, Spec
 
-__all__ = ["RouterSite", "RouterUnit", "policy_field", "policy_sides"]
+__all__ = ["RouterSite", "RouterUnit", "option_issues", "policy_field", "policy_sides"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,20 @@ def policy_field(spec: Spec, side: str, option: str | None = None) -> str:
     policy = spec.router.policy
     field = "router.policy" if policy.prefill == policy.decode else f"router.policy.{side}"
     return f"{field}.options.{option}" if option else field
+
+
+def option_issues(
+    spec: Spec, side: str, choice: PolicyChoice, model: type[BaseModel], owner: str
+) -> Iterator[SpecIssue]:
+    """The first problem of a policy's options under its options model, naming the option."""
+    try:
+        model.model_validate(choice.options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = ".".join(str(part) for part in first["loc"])
+        known = ", ".join(model.model_fields) or "none"
+        yield SpecIssue(
+            policy_field(spec, side, option),
+            f"{first['msg']} (got {first['input']!r})",
+            f"{owner}'s {choice.name} options: {known}",
+        )

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from generator.errors import SpecIssue
 from generator.plan.models import EnginePlan, Plan
 from generator.plan.parts import LMCachePDReceiverKV, ProxyRouterPlan, part_of
@@ -23,7 +21,7 @@ from generator.proxy.config import (
     ProxyConfig,
 )
 from generator.proxy.policies import POLICIES
-from generator.routers.base import RouterSite, policy_field, policy_sides
+from generator.routers.base import RouterSite, option_issues, policy_sides
 from generator.services.model import ConfigFile
 from generator.spec import PolicyChoice as SpecPolicy
 from generator.spec import RouterKind, Spec
@@ -112,19 +110,8 @@ def _config(plan: Plan) -> ProxyConfig:
 def _option_issues(spec: Spec) -> Iterator[SpecIssue]:
     for side, choice in policy_sides(spec):
         kind = POLICIES.get(choice.name)
-        if kind is None:
-            continue  # router_issues names the policy
-        try:
-            kind.options.model_validate(choice.options)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            option = ".".join(str(part) for part in first["loc"])
-            known = ", ".join(kind.options.model_fields) or "none"
-            yield SpecIssue(
-                policy_field(spec, side, option),
-                f"{first['msg']} (got {first['input']!r})",
-                f"the proxy's {choice.name} options: {known}",
-            )
+        if kind is not None:  # an unknown name: router_issues names it
+            yield from option_issues(spec, side, choice, kind.options, "the proxy")
 
 
 def _policy(choice: SpecPolicy, plan: Plan) -> PolicyChoice:

@@ -12,15 +12,15 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from generator.errors import SpecIssue
 from generator.plan.models import Plan
 from generator.plan.parts import VllmRouterPlan, part_of
 from generator.plan.ports import PortBook
-from generator.routers.base import RouterSite, policy_field, policy_sides
+from generator.routers.base import RouterSite, option_issues, policy_sides
 from generator.services.model import ConfigFile
-from generator.spec import PolicyChoice, RouterKind, SidedPolicy, Spec
+from generator.spec import RouterKind, SidedPolicy, Spec
 from generator.topologies import topology_of, topology_unit
 
 __all__ = ["UNIT", "CacheAwareOptions", "VllmRouter"]
@@ -123,7 +123,8 @@ def _option_flags(policy: SidedPolicy) -> list[str]:
 def _policy_issues(spec: Spec) -> Iterator[SpecIssue]:
     sides = policy_sides(spec)
     for side, choice in sides:
-        yield from _option_issues(spec, side, choice)
+        model = _OPTIONS.get(choice.name, _NoOptions)
+        yield from option_issues(spec, side, choice, model, "vllm-router")
     if len(sides) == 2 and topology_unit(spec.topology).router_protocol == "none":
         yield SpecIssue(
             "router.policy",
@@ -136,21 +137,6 @@ def _policy_issues(spec: Spec) -> Iterator[SpecIssue]:
             "router.policy.decode.options",
             "vllm-router's policy options are the router's, one set for both sides",
             "give the options on one side only, or the same on both",
-        )
-
-
-def _option_issues(spec: Spec, side: str, choice: PolicyChoice) -> Iterator[SpecIssue]:
-    model = _OPTIONS.get(choice.name, _NoOptions)
-    try:
-        model.model_validate(choice.options)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        option = ".".join(str(part) for part in first["loc"])
-        known = ", ".join(model.model_fields) or "none"
-        yield SpecIssue(
-            policy_field(spec, side, option),
-            f"{first['msg']} (got {first['input']!r})",
-            f"vllm-router's {choice.name} options: {known}",
         )
 
 
