@@ -17,7 +17,11 @@ PACKAGE = ROOT / "generator"
 # above it; every module not listed sits above them all (render, probes, workflow, cli...).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("generator.errors", "generator.limits", "generator.paths")),
-    ("proxy config", ("generator.proxy.config",)),  # the proxy's own model, which routers fill
+    # The proxy's own model, which routers fill, and the policy registry it names.
+    (
+        "proxy config",
+        ("generator.proxy.config", "generator.proxy.policies", "generator.proxy.prompt"),
+    ),
     ("spec", ("generator.spec",)),
     ("plan data", ("generator.plan",)),  # models, parts, ports, files: what units return
     ("units", ("generator.topologies", "generator.routers")),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from generator.bench.cache_counters import read_cache_counters
 from generator.bench.results import ArmResult, PointResult, read_point
 from generator.paths import Workspace
 from generator.plan import Plan
@@ -134,11 +135,13 @@ def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: flo
     )
     with httpx.Client(timeout=30.0) as client:
         engines_before = read_engine_counters(client, plan)
+        cache_before = read_cache_counters(client, plan)
         kv_before = read_counters(client, plan) if moves_kv else None
         path = run_bench_point(context, point.settings, f"point-{index}", timeout_s=timeout_s)
         kv = _kv_change(client, plan, kv_before)
         engines = read_engine_counters(client, plan) - engines_before
-    result = read_point(path, point.label, point.settings, engines, kv)
+        cache = read_cache_counters(client, plan) - cache_before
+    result = read_point(path, point.label, point.settings, engines, kv, cache=cache)
     context.progress(f"{plan.stack}: {point.label}: {_headline(result)}")
     return result
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.bench.results import ArmResult, PointResult
-from generator.services.bench import BenchSettings, Preset
+from generator.services.bench import BenchSettings, Dataset, Preset
 
 __all__ = ["SEED_A", "BenchReport", "Reference", "write_report"]
 
@@ -87,7 +87,9 @@ class BenchReport:
             "hardware": self.hardware,
             "valid": self.valid,
             "settings": {
-                "input_len": self.settings.input_len,
+                "dataset": self.settings.dataset.value,
+                "input_len": self.settings.prompt_len,
+                **_prefix_settings(self.settings),
                 "output_len": self.settings.output_len,
                 "num_prompts": self.settings.num_prompts,
                 "burstiness": self.settings.burstiness,
@@ -123,10 +125,26 @@ def markdown(report: BenchReport) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _prefix_settings(settings: BenchSettings) -> dict[str, int]:
+    if settings.dataset is not Dataset.PREFIX_REPETITION:
+        return {}
+    return {f"prefix_repetition_{key}": value for key, value in vars(settings.prefix).items()}
+
+
+def _dataset_text(settings: BenchSettings) -> str:
+    if settings.dataset is Dataset.RANDOM:
+        return f"random dataset: {settings.input_len} input"
+    prefix = settings.prefix
+    return (
+        f"prefix_repetition dataset: {prefix.num_prefixes} shared prefixes of "
+        f"{prefix.prefix_len} tokens, each prompt + {prefix.suffix_len} random tokens"
+    )
+
+
 def _settings_line(settings: BenchSettings) -> str:
     slo = ", ".join(f"{metric} <= {ms:g} ms" for metric, ms in settings.goodput_slo_ms)
     return (
-        f"vLLM `bench serve`, random dataset: {settings.input_len} input / {settings.output_len} "
+        f"vLLM `bench serve`, {_dataset_text(settings)} / {settings.output_len} "
         f"output tokens (ignore EOS), {settings.num_prompts} prompts, burstiness "
         f"{settings.burstiness:g}, seed {settings.seed}" + (f"; goodput SLO: {slo}" if slo else "")
     )
@@ -167,7 +185,7 @@ _SUMMARY = (
 
 
 def _summary(report: BenchReport) -> list[str]:
-    header = ["load", "arm", *(title for _, title, _ in _SUMMARY), "KV tokens"]
+    header = ["load", "arm", *(title for _, title, _ in _SUMMARY), "KV tokens", "prefix hit %"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for index, label in enumerate(_labels(report)):
         for arm in report.arms:
@@ -175,9 +193,8 @@ def _summary(report: BenchReport) -> list[str]:
                 continue
             point = arm.points[index]
             cells = [_cell(point.metrics.get(key), shape) for key, _, shape in _SUMMARY]
-            rows.append(
-                "| " + " | ".join([label, arm.arm, *cells, f"{point.kv_tokens:.0f}"]) + " |"
-            )
+            cells += [f"{point.kv_tokens:.0f}", _percent(point.cache.hit_rate)]
+            rows.append("| " + " | ".join([label, arm.arm, *cells]) + " |")
     return rows
 
 
@@ -206,7 +223,16 @@ def _kv_rows(arms: list[tuple[str, PointResult]]) -> list[tuple[str, list[str]]]
         ("prompt tokens computed locally", [f"{p.local_tokens:.0f}" for _, p in arms]),
         ("KV moved per request (MiB)", [_cell(p.kv_mib_per_request, "{:.2f}") for _, p in arms]),
         ("KV transfer rate (GiB/s, NIXL)", [_cell(p.kv_gib_s, "{:.3f}") for _, p in arms]),
+        ("prefillers' prefix cache hits (vLLM, %)", [_percent(p.cache.hit_rate) for _, p in arms]),
+        (
+            "prefillers' KV connector hits (LMCache, %)",
+            [_percent(p.cache.external_hit_rate) for _, p in arms],
+        ),
     ]
+
+
+def _percent(rate: float | None) -> str:
+    return _cell(None if rate is None else 100 * rate, "{:.1f}")
 
 
 def _cell(value: float | None, shape: str) -> str:

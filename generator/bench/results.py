@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from generator.bench.cache_counters import CacheCounters
 from generator.errors import StackError
 from generator.probes.engine_counters import EngineCounters
 from generator.probes.kv_speed import KvCounters
@@ -44,6 +45,8 @@ class PointResult:
     local_tokens: float  # prompt tokens engines computed themselves
     kv_bytes: float | None = None  # NIXL's counters (P/D only)
     kv_seconds: float | None = None
+    # the prefillers' prefix caches over the point
+    cache: CacheCounters = field(default_factory=CacheCounters)
 
     @property
     def kv_mib_per_request(self) -> float | None:
@@ -61,7 +64,15 @@ class PointResult:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["settings"]["goodput_slo_ms"] = dict(self.settings.goodput_slo_ms)
-        return data | {"kv_mib_per_request": self.kv_mib_per_request, "kv_gib_s": self.kv_gib_s}
+        rates = {
+            "prefix_cache_hit_rate": self.cache.hit_rate,
+            "external_prefix_cache_hit_rate": self.cache.external_hit_rate,
+        }
+        return (
+            data
+            | rates
+            | {"kv_mib_per_request": self.kv_mib_per_request, "kv_gib_s": self.kv_gib_s}
+        )
 
 
 @dataclass
@@ -94,6 +105,8 @@ def read_point(
     settings: BenchSettings,
     engines: EngineCounters,
     kv: KvCounters | None,
+    *,
+    cache: CacheCounters | None = None,
 ) -> PointResult:
     """One point from vLLM's JSON (workflow.bench made sure it exists); refuses a run that
     completed nothing."""
@@ -113,6 +126,7 @@ def read_point(
         local_tokens=engines.local_tokens,
         kv_bytes=kv.bytes if kv else None,
         kv_seconds=kv.seconds if kv else None,
+        cache=cache or CacheCounters(),
     )
 
 

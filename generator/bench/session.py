@@ -1,8 +1,10 @@
-"""`bench`: the P/D stack, then (with a baseline) its colocated twin on the same resources,
-each benchmarked at the same load points, one after the other; then the report.
+"""`bench`: the P/D stack (or, with --policies, the stack once per routing policy), then
+(with a baseline) its colocated twin on the same resources, each benchmarked at the same load
+points, one after the other; then the report.
 
-The two arms never run at once: they share GPUs (or cores). The P/D stack is removed before
-the baseline starts, and the baseline when it is done.
+Arms never run at once: they share GPUs (or cores). Each is removed before the next starts
+(policy arms too: engines left running would keep their warm prefix caches for the next
+policy), and the last when it is done if asked to.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from generator.bench.arms import ArmOptions, LoadPoint, remove_stack, run_arm
 from generator.bench.plots import draw_plots
+from generator.bench.policies import PolicyArm, arms_of
 from generator.bench.report import BenchReport, write_report
 from generator.cpu_features import cpu_features
 from generator.doctor.gpus import query_gpus
@@ -39,6 +42,17 @@ class BenchJob:
     baseline: bool  # also benchmark the colocated twin
     down: bool  # remove the P/D stack at the end (always, with a baseline)
     folder: Path
+    policies: tuple[PolicyArm, ...] = ()  # one P/D arm per policy instead of the stack's own
+
+    def arm_plans(self) -> list[tuple[str, Plan]]:
+        """Every arm's name and plan, in the order they run (all planned before any starts:
+        a policy the stack cannot take stops the run before anything is up)."""
+        arms = [("pd", self.plan)]
+        if self.policies:
+            arms = [(name, make_plan(spec)) for name, spec in arms_of(self.spec, self.policies)]
+        if self.baseline:
+            arms.append(("colocated", make_plan(baseline_spec(self.spec, self.plan))))
+        return arms
 
 
 def load_points(
@@ -60,10 +74,11 @@ def check_fits(plan: Plan, settings: BenchSettings) -> None:
     limit = plan.model.max_model_len
     if limit is not None and settings.tokens_per_request > limit:
         raise XpydError(
-            f"--input-len {settings.input_len} + --output-len {settings.output_len} = "
+            f"{settings.prompt_len} prompt + --output-len {settings.output_len} = "
             f"{settings.tokens_per_request} tokens, more than {plan.stack}'s model.max_model_len "
             f"{limit}",
-            hint="lower --input-len/--output-len (the smoke preset suits the cpu stacks)",
+            hint="lower --input-len (or --prefix-len/--suffix-len) or --output-len (the smoke "
+            "preset suits the cpu stacks)",
         )
 
 
@@ -72,10 +87,9 @@ def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> Be
     report = BenchReport(
         job.plan.stack, job.preset.value, job.settings, describe_hardware(job.plan), job.folder
     )
-    arms = [("pd", job.plan)]
-    if job.baseline:
-        arms.append(("colocated", make_plan(baseline_spec(job.spec, job.plan))))
-    for arm, plan in arms:
+    arms = job.arm_plans()
+    for index, (arm, plan) in enumerate(arms):
+        remove = index + 1 < len(arms) or job.down or job.baseline
         result, context = run_arm(
             arm,
             plan,
@@ -83,11 +97,11 @@ def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> Be
             workspace=workspace,
             folder=job.folder,
             reporter=reporter,
-            remove_if_down=job.baseline or job.down,
+            remove_if_down=remove,
         )
         report.arms.append(result)
         write_report(report)  # what is measured so far survives a later failure
-        if job.baseline or job.down:
+        if remove:
             reporter.event(EventLevel.INFO, f"{plan.stack}: removing it (frees its resources)")
             remove_stack(context)
     report.plots = draw_plots(report)

@@ -13,11 +13,20 @@ from generator.cli.run_commands import PythonOpt, RuntimeOpt, runtime_overrides
 
 if TYPE_CHECKING:
     from generator.bench import BenchReport
-    from generator.services.bench import Preset
+    from generator.bench.policies import PolicyArm
+    from generator.services.bench import BenchSettings, Preset
 
-__all__ = ["parse_concurrencies", "parse_goodput", "parse_rates", "register"]
+__all__ = [
+    "dataset_settings",
+    "parse_concurrencies",
+    "parse_goodput",
+    "parse_policies",
+    "parse_rates",
+    "register",
+]
 
 _PANEL = "Load and settings (default: the preset's)"
+_DATASET_PANEL = "Dataset (default: random)"
 _SLO_METRICS = ("ttft", "tpot", "e2el")
 # Bounds a run can finish within (a rate of 1e-300 req/s never sends its second request);
 # the seed is numpy's (vLLM's benchmark seeds numpy, which takes 32 bits).
@@ -81,6 +90,58 @@ def parse_goodput(text: str) -> tuple[tuple[str, float], ...]:
             raise typer.BadParameter(f"{item!r}: milliseconds must be > 0 and at most a day")
         slo[metric] = ms
     return tuple(slo.items())
+
+
+def parse_policies(text: str) -> tuple[PolicyArm, ...]:
+    from generator.bench.policies import parse_policies as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policies") from None
+
+
+def dataset_settings(
+    settings: BenchSettings,
+    dataset: str | None,
+    *,
+    input_len: int | None,
+    prefix_len: int | None,
+    suffix_len: int | None,
+    num_prefixes: int | None,
+) -> BenchSettings:
+    """The settings with the dataset asked for; BadParameter for options of the other one."""
+    from generator.services.bench import Dataset
+
+    try:
+        chosen = Dataset(dataset or Dataset.RANDOM.value)
+    except ValueError:
+        choices = ", ".join(d.value for d in Dataset)
+        message = f"{dataset!r} is not one of {choices}"
+        raise typer.BadParameter(message, param_hint="--dataset") from None
+    lengths = {"prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes}
+    given = {key: value for key, value in lengths.items() if value is not None}
+    if chosen is Dataset.RANDOM:
+        if given:
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise typer.BadParameter(f"{flag} needs --dataset prefix-repetition")
+        return settings
+    if input_len is not None:
+        raise typer.BadParameter(
+            "prefix-repetition prompts are --prefix-len + --suffix-len tokens",
+            param_hint="--input-len",
+        )
+    if num_prefixes is None:  # vLLM's 10 needs 10 prompts: the smoke preset sends 8
+        given["num_prefixes"] = min(settings.prefix.num_prefixes, settings.num_prompts)
+    prefix = replace(settings.prefix, **given)
+    if prefix.num_prefixes > settings.num_prompts:
+        raise typer.BadParameter(
+            f"{prefix.num_prefixes} prefixes need at least as many prompts "
+            f"(--num-prompts {settings.num_prompts}): vLLM sends num_prompts // num_prefixes "
+            "per prefix",
+            param_hint="--num-prefixes",
+        )
+    return replace(settings, dataset=chosen, prefix=prefix)
 
 
 def _items(text: str, option: str) -> list[str]:
@@ -147,6 +208,54 @@ def bench(
             rich_help_panel=_PANEL,
         ),
     ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="random (no shared prefixes) or prefix-repetition (vLLM's prefix_repetition: "
+            "--num-prefixes prefixes, each prompt one of them + its own suffix).",
+            rich_help_panel=_DATASET_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    prefix_len: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_TOKENS,
+            help="prefix-repetition: tokens [256].",
+            rich_help_panel=_DATASET_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    suffix_len: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_TOKENS,
+            help="prefix-repetition: tokens after the prefix [256].",
+            rich_help_panel=_DATASET_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    num_prefixes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_PROMPTS,
+            help="prefix-repetition: distinct prefixes [10, at most --num-prompts].",
+            rich_help_panel=_DATASET_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option(
+            help="Compare routing policies: the stack once per policy, one after the other, "
+            "e.g. round_robin,prefix_aware,cache_aware (a bare name is the proxy's where it "
+            "has it, else vllm-router's; or write proxy:NAME, vllm-router:NAME).",
+            show_default=False,
+        ),
+    ] = None,
     down: Annotated[
         bool,
         typer.Option("--down", help="Remove the P/D stack at the end (always with a baseline)."),
@@ -172,9 +281,12 @@ def bench(
     ] = 1.0,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="As for `up`.")] = False,
 ) -> None:
-    """Benchmark a stack with vLLM's own `bench serve` (random dataset) through its router,
-    from a one-off container of the stack's `bench` service, after the stack is up and its
-    smoke verdict is in.
+    """Benchmark a stack with vLLM's own `bench serve` (random or prefix-repetition dataset)
+    through its router, from a one-off container of the stack's `bench` service, after the
+    stack is up and its smoke verdict is in.
+
+    With --policies the stack runs once per routing policy (removed in between, so no policy
+    inherits warm caches), and the report adds the prefillers' prefix-cache hit rates.
 
     With --baseline colocated the same engines run again as plain vLLM instances behind a
     round-robin router (no KV transfer) at the same load points: disaggregation pays off
@@ -202,6 +314,7 @@ def bench(
         )
     if run_id is not None:
         check_run_id(run_id)
+    arms = parse_policies(policies) if policies is not None else ()
     workspace = find_workspace()
     spec = load_spec(
         workspace.stack_file(stack), [*(set_ or []), *runtime_overrides(runtime, python)]
@@ -218,13 +331,19 @@ def bench(
         seed=given.seed if seed is None else seed,
         goodput_slo_ms=parse_goodput(goodput) if goodput else given.goodput_slo_ms,
     )
+    settings = dataset_settings(
+        settings,
+        dataset,
+        input_len=input_len,
+        prefix_len=prefix_len,
+        suffix_len=suffix_len,
+        num_prefixes=num_prefixes,
+    )
     rates = parse_rates(request_rate) if request_rate else (given.request_rate,)
     concurrencies = (
         parse_concurrencies(max_concurrency) if max_concurrency else (given.max_concurrency,)
     )
     check_fits(plan, settings)  # before anything starts
-    if plan.runtime is Runtime.COMPOSE:
-        require_docker()
     job = BenchJob(
         spec=spec,
         plan=plan,
@@ -240,7 +359,11 @@ def bench(
         baseline=baseline is not None,
         down=down,
         folder=workspace.runs_dir / (run_id or new_run_id(f"{plan.stack}-bench")),
+        policies=arms,
     )
+    job.arm_plans()  # every arm's spec and plan checked before anything starts
+    if plan.runtime is Runtime.COMPOSE:
+        require_docker()
     report = run_benchmark(job, workspace, ConsoleReporter())
     _print(report)
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import Field
 
 from generator.plan.frozen import Frozen
-from generator.spec import RouterKind, Topology
+from generator.spec import RouterKind, SidedPolicy, Topology
 
 __all__ = [
     "ColocatedTopology",
@@ -160,7 +160,7 @@ class _RouterBase(Frozen):
     address: str
     advertise_host: str
     port: int
-    policy: str
+    policy: SidedPolicy  # the prefillers' and the decoders'
     session_header: str | None = None
     extra_args: tuple[str, ...] = ()
 

@@ -5,10 +5,20 @@ proxy's command-line flags (``--prefiller-host`` ... ``--proxy-port``) so its us
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from generator.proxy.policies import POLICIES
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -18,6 +28,7 @@ __all__ = [
     "LimitsConfig",
     "ListenConfig",
     "NotifyConfig",
+    "PolicyChoice",
     "PolicyConfig",
     "ProxyConfig",
     "TimeoutsConfig",
@@ -26,7 +37,6 @@ __all__ = [
     "validate_config",
 ]
 
-Policy = Literal["round_robin", "least_outstanding"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -56,9 +66,41 @@ class NotifyConfig(_Strict):
     port: Port = 7500
 
 
+class PolicyChoice(_Strict):
+    """One side's policy: a name of policies.POLICIES and its options. Written as the bare
+    name where it has no options (what router.yaml always held)."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: object) -> object:
+        return {"name": data} if isinstance(data, str) else data
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in POLICIES:
+            raise ValueError(f"{name!r} is not a policy; use one of: {', '.join(POLICIES)}")
+        return name
+
+    @model_validator(mode="after")
+    def _options_fit(self) -> PolicyChoice:
+        try:
+            POLICIES[self.name].options.model_validate(self.options)
+        except ValidationError as exc:
+            raise ValueError(f"{self.name} options: {describe(exc)}") from None
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: Any) -> object:
+        return self.name if not self.options else handler(self)
+
+
 class PolicyConfig(_Strict):
-    prefill: Policy = "round_robin"
-    decode: Policy = "round_robin"
+    prefill: PolicyChoice = PolicyChoice(name="round_robin")
+    decode: PolicyChoice = PolicyChoice(name="round_robin")
 
 
 class TimeoutsConfig(_Strict):

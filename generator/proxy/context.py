@@ -13,10 +13,11 @@ import aiohttp
 from aiohttp import web
 
 from generator.proxy.admission import Admission, BodyBudget
-from generator.proxy.config import DecoderConfig, ProxyConfig
+from generator.proxy.config import DecoderConfig, PolicyChoice, ProxyConfig
 from generator.proxy.errors import Redactor
 from generator.proxy.metrics import ProxyMetrics
 from generator.proxy.notices import NoticeBoard
+from generator.proxy.policies import Policy, make_policy
 from generator.proxy.routing import Pool, SessionTable
 
 __all__ = ["Context"]
@@ -26,9 +27,10 @@ class Context:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         timeouts, limits = config.timeouts, config.limits
-        self.prefill = Pool.of(config.prefill, config.policy.prefill, timeouts.eject_s)
+        policy = config.policy
+        self.prefill = Pool.of(config.prefill, _policy(policy.prefill), timeouts.eject_s)
         self.decode: Pool[DecoderConfig] = Pool.of(
-            config.decode, config.policy.decode, timeouts.eject_s
+            config.decode, _policy(policy.decode), timeouts.eject_s
         )
         self.sessions = SessionTable(config.session_capacity)
         self.metrics = ProxyMetrics()
@@ -86,3 +88,7 @@ class Context:
         if "Authorization" in request.headers:
             return {"Authorization": request.headers["Authorization"]}
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def _policy(choice: PolicyChoice) -> Policy:
+    return make_policy(choice.name, choice.options)

@@ -1,13 +1,14 @@
 """One P/D request, from the client's body to the decoder's answer.
 
     client -> /v1/completions or /v1/chat/completions
-      1. read the body (size cap, body budget, client deadlines), parse it once, serialize both
-         backend payloads, drop the parsed request (body.py, protocols.py)
-      2. pick a prefiller and a decoder (policy, session stickiness, health)
-      3. prefill: the request cut to one token; a refused connection ejects that prefiller and
+      1. read the body (size cap, body budget, client deadlines) and parse it once (body.py)
+      2. pick a prefiller and a decoder: each side's policy sees the parsed request
+         (policies.py), then session stickiness and health
+      3. serialize both backend payloads (protocols.py) and drop the parsed request
+      4. prefill: the request cut to one token; a refused connection ejects that prefiller and
          retries once on another one
-      4. lmcache-pd: wait (with a deadline) for the prefiller's LMCache to say the KV was sent
-      5. decode: the request, relayed as JSON or as SSE (a final error event if it breaks)
+      5. lmcache-pd: wait (with a deadline) for the prefiller's LMCache to say the KV was sent
+      6. decode: the request, relayed as JSON or as SSE (a final error event if it breaks)
 
 A client that disconnects cancels this whole coroutine (the app turns on aiohttp's handler
 cancellation): every backend request in flight is closed, which aborts it in vLLM, and every
@@ -44,6 +45,7 @@ from generator.proxy.lmcache_pd import (
 )
 from generator.proxy.notices import NoticeTimeout
 from generator.proxy.one_token import answer_alone_payload
+from generator.proxy.prompt import RequestView
 from generator.proxy.protocols import append_fields, decode_base, prefill_payload
 from generator.proxy.replies import read_answer, read_json
 from generator.proxy.routing import Backend, NoBackend
@@ -133,15 +135,20 @@ async def handle_generate(
 
 
 async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
-    prefiller, decoder = _choose(ctx, exchange.request)
+    body = await _parse(ctx, exchange)
+    view = RequestView.of(body, chat=exchange.chat)
+    prefiller, decoder = _choose(ctx, exchange.request, view)
+    check_context(exchange.facts, decoder.max_model_len)
     exchange.forward = ctx.auth(exchange.request) | {
         "X-Request-Id": exchange.kv_id,
         "Content-Type": _JSON,
     }
-    await _prepare(ctx, exchange, prefiller, decoder)
+    await _payloads(ctx, exchange, body, prefiller, decoder)
+    del body
+    view.release()  # the parsed request is gone once its payloads are serialized
     if exchange.alone:
         return await _decoder_alone(ctx, exchange, decoder)
-    prefilled, prefiller = await _prefill(ctx, exchange, prefiller)
+    prefilled, prefiller = await _prefill(ctx, exchange, prefiller, view)
     exchange.prefill = b""
     exchange.answers.release()  # parsed already: its bytes are gone
     exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
@@ -153,22 +160,24 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
 
 
-async def _prepare(
-    ctx: Context,
-    exchange: Exchange,
-    prefiller: Backend[Any],
-    decoder: Backend[DecoderConfig],
-) -> None:
-    """Body -> both payloads (or, lmcache-pd, the decoder's alone); the parsed request is
-    gone when this returns."""
+async def _parse(ctx: Context, exchange: Exchange) -> dict[str, Any]:
     limits, timeouts = ctx.config.limits, ctx.config.timeouts
     raw = await read_body(exchange.request, limits, timeouts, exchange.held)
     lmcache = ctx.config.protocol == "lmcache-pd"
     body, exchange.facts = parse_body(raw, chat=exchange.chat, pd_first_token=lmcache)
-    del raw
-    check_context(exchange.facts, decoder.max_model_len)
-    exchange.model = body.get("model")
-    if lmcache:
+    return body
+
+
+async def _payloads(
+    ctx: Context,
+    exchange: Exchange,
+    body: dict[str, Any],
+    prefiller: Backend[Any],
+    decoder: Backend[DecoderConfig],
+) -> None:
+    """lmcache-pd: the decoder's request alone for a prompt that fills the context
+    (one_token.py); else both payloads."""
+    if ctx.config.protocol == "lmcache-pd":
         exchange.alone = await answer_alone_payload(
             ctx,
             body,
@@ -178,8 +187,15 @@ async def _prepare(
             headers=exchange.forward,
             max_model_len=decoder.max_model_len,
         )
-        if exchange.alone:
-            return
+    if not exchange.alone:
+        _serialize(ctx, exchange, body, decoder)
+
+
+def _serialize(
+    ctx: Context, exchange: Exchange, body: dict[str, Any], decoder: Backend[DecoderConfig]
+) -> None:
+    """Both payloads, for the decoder chosen (lmcache-pd's prefill names its KV ports)."""
+    exchange.model = body.get("model")
     exchange.prefill = prefill_payload(
         ctx.config.protocol,
         body,
@@ -187,17 +203,19 @@ async def _prepare(
         request_id=exchange.kv_id,
         decoder=decoder.config,
     )
-    drops = DECODER_DROPS if lmcache else frozenset()
+    drops = DECODER_DROPS if ctx.config.protocol == "lmcache-pd" else frozenset()
     exchange.decode = decode_base(body, drop=drops)
 
 
-def _choose(ctx: Context, request: web.Request) -> tuple[Backend[Any], Backend[DecoderConfig]]:
+def _choose(
+    ctx: Context, request: web.Request, view: RequestView
+) -> tuple[Backend[Any], Backend[DecoderConfig]]:
     header = ctx.config.session_header
     session = ctx.sessions.key(request.headers.get(header)) if header else None
     sticky = ctx.sessions.get(session) if session else None
     try:
-        prefiller = ctx.prefill.pick(prefer=sticky[0] if sticky else None)
-        decoder = ctx.decode.pick(prefer=sticky[1] if sticky else None)
+        prefiller = ctx.prefill.pick(view, prefer=sticky[0] if sticky else None)
+        decoder = ctx.decode.pick(view, prefer=sticky[1] if sticky else None)
     except NoBackend as exc:
         raise ProxyError(503, "no_backend", "no healthy prefiller or decoder") from exc
     if session:
@@ -206,7 +224,7 @@ def _choose(ctx: Context, request: web.Request) -> tuple[Backend[Any], Backend[D
 
 
 async def _prefill(
-    ctx: Context, exchange: Exchange, prefiller: Backend[Any]
+    ctx: Context, exchange: Exchange, prefiller: Backend[Any], view: RequestView
 ) -> tuple[dict[str, Any], Backend[Any]]:
     tried: list[str] = []
     while True:
@@ -221,7 +239,7 @@ async def _prefill(
             if len(tried) > 1:  # retried once already
                 raise unreachable from exc
             try:
-                prefiller = ctx.prefill.pick(exclude=frozenset(tried))
+                prefiller = ctx.prefill.pick(view, exclude=frozenset(tried))
             except NoBackend:
                 raise unreachable from exc
 

@@ -1,6 +1,6 @@
 """Choosing a prefiller and a decoder: pure state, no I/O (the app feeds it events).
 
-- Round robin, or least outstanding requests, independently for prefill and decode.
+- A policy per side (policies.py), asked with a view of the parsed request.
 - Session stickiness: the same session header value gets the same pair while both stay
   healthy; sessions live in a bounded LRU (the seed's map grew forever).
 - Ejection: a backend that refuses connections or fails its health check sits out until a
@@ -10,14 +10,14 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from generator.proxy.config import BackendConfig, Policy
+from generator.proxy.config import BackendConfig
+from generator.proxy.policies import NO_VIEW, Policy, RequestView
 
 __all__ = ["Backend", "NoBackend", "Pool", "SessionTable"]
 
@@ -55,7 +55,6 @@ class Pool(Generic[C]):
     policy: Policy
     eject_s: float
     clock: Callable[[], float] = time.monotonic
-    _counter: itertools.count[int] = field(default_factory=itertools.count)
 
     @classmethod
     def of(cls, configs: Iterable[C], policy: Policy, eject_s: float) -> Pool[C]:
@@ -69,7 +68,11 @@ class Pool(Generic[C]):
         return [b for b in self.backends if b.available(now)]
 
     def pick(
-        self, *, exclude: frozenset[str] = frozenset(), prefer: str | None = None
+        self,
+        view: RequestView = NO_VIEW,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        prefer: str | None = None,
     ) -> Backend[C]:
         candidates = [b for b in self.available() if b.name not in exclude]
         if not candidates:
@@ -78,10 +81,7 @@ class Pool(Generic[C]):
             sticky = next((b for b in candidates if b.name == prefer), None)
             if sticky is not None:
                 return sticky
-        if self.policy == "least_outstanding":
-            low = min(b.outstanding for b in candidates)
-            candidates = [b for b in candidates if b.outstanding == low]
-        return candidates[next(self._counter) % len(candidates)]
+        return self.policy.choose(candidates, view)
 
     def eject(self, backend: Backend[C]) -> None:
         """A failed connection: out of rotation for eject_s (or until a health check passes)."""

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from generator.errors import SpecIssue
 from generator.plan.models import Plan
 from generator.routers import proxy, vllm_router
-from generator.routers.base import RouterSite, RouterUnit
+from generator.routers.base import RouterSite, RouterUnit, policy_field, policy_sides
 from generator.spec import RouterKind, Spec
 from generator.topologies import topology_unit
 
@@ -18,6 +18,9 @@ __all__ = [
     "ROUTERS",
     "RouterSite",
     "RouterUnit",
+    "policy_field",
+    "policy_router",
+    "policy_sides",
     "router_issues",
     "router_kind",
     "router_of",
@@ -27,6 +30,15 @@ __all__ = [
 ROUTERS: Mapping[RouterKind, RouterUnit] = MappingProxyType(
     {unit.kind: unit for unit in (proxy.UNIT, vllm_router.UNIT)}
 )
+
+
+def policy_router(policy: str) -> RouterKind | None:
+    """Which router a bare policy name is: the proxy's where it has it (it routes both P/D
+    topologies), else vllm-router's; None where neither has it."""
+    for kind in (RouterKind.PROXY, RouterKind.VLLM_ROUTER):
+        if policy in ROUTERS[kind].policies:
+            return kind
+    return None
 
 
 def router_kind(spec: Spec) -> RouterKind:
@@ -45,9 +57,16 @@ def router_of(plan: Plan) -> RouterUnit:
 def router_issues(spec: Spec) -> Iterator[SpecIssue]:
     unit = router_unit(router_kind(spec))
     yield from unit.check_spec(spec)
-    if spec.router.policy not in unit.policies:
-        yield SpecIssue(
-            "router.policy",
-            f"{spec.router.policy!r} is not a {unit.kind.value} policy",
-            f"use one of: {', '.join(unit.policies)}",
-        )
+    for side, choice in policy_sides(spec):
+        if choice.name not in unit.policies:
+            yield SpecIssue(
+                policy_field(spec, side),
+                f"{choice.name!r} is not a {unit.kind.value} policy",
+                f"use one of: {', '.join(unit.policies)}{_elsewhere(unit)}",
+            )
+
+
+def _elsewhere(unit: RouterUnit) -> str:
+    if unit.kind is not RouterKind.PROXY:
+        return ""
+    return " (vllm-router's own policies need router.kind: vllm-router, on nixl-mp stacks)"

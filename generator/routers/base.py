@@ -7,14 +7,24 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pydantic import BaseModel, ValidationError
+
 from generator.errors import SpecIssue
 from generator.plan.files import ConfigFile
 from generator.plan.models import Plan
 from generator.plan.parts import RouterPlan
 from generator.plan.ports import PortBook
-from generator.spec import RouterKind, Spec
+from generator.spec import PolicyChoice, RouterKind, SidedPolicy, Spec
 
-__all__ = ["ROUTER_LOCK", "RouterImage", "RouterSite", "RouterUnit"]
+__all__ = [
+    "ROUTER_LOCK",
+    "RouterImage",
+    "RouterSite",
+    "RouterUnit",
+    "option_issues",
+    "policy_field",
+    "policy_sides",
+]
 
 ROUTER_LOCK = "images/locks/router.txt"  # vllm-router and the proxy's packages: one image
 
@@ -37,7 +47,7 @@ class RouterSite:
     address: str
     advertise_host: str
     port: int
-    policy: str
+    policy: SidedPolicy
     session_header: str | None
     extra_args: tuple[str, ...]
     notices: bool  # the topology sends KV-ready notices to the router
@@ -96,3 +106,35 @@ class RouterUnit(Protocol):
     def sticky_sessions(self, plan: Plan) -> bool:
         """It keeps one session on one pair (the verdict checks it)."""
         ...
+
+
+def policy_sides(spec: Spec) -> list[tuple[str, PolicyChoice]]:
+    """Each side's policy to check; one entry while both sides are the same."""
+    policy = spec.router.policy
+    if policy.prefill == policy.decode:
+        return [("prefill", policy.prefill)]
+    return [("prefill", policy.prefill), ("decode", policy.decode)]
+
+
+def policy_field(spec: Spec, side: str, option: str | None = None) -> str:
+    """The spec field a policy issue names: router.policy while both sides are the same."""
+    policy = spec.router.policy
+    field = "router.policy" if policy.prefill == policy.decode else f"router.policy.{side}"
+    return f"{field}.options.{option}" if option else field
+
+
+def option_issues(
+    spec: Spec, side: str, choice: PolicyChoice, model: type[BaseModel], owner: str
+) -> Iterator[SpecIssue]:
+    """The first problem of a policy's options under its options model, naming the option."""
+    try:
+        model.model_validate(choice.options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = ".".join(str(part) for part in first["loc"])
+        known = ", ".join(model.model_fields) or "none"
+        yield SpecIssue(
+            policy_field(spec, side, option),
+            f"{first['msg']} (got {first['input']!r})",
+            f"{owner}'s {choice.name} options: {known}",
+        )

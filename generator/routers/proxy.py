@@ -5,7 +5,7 @@ built with the proxy's own config model so the two can never disagree."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from generator.errors import SpecIssue
 from generator.plan.files import ConfigFile
@@ -17,10 +17,13 @@ from generator.proxy.config import (
     DecoderConfig,
     ListenConfig,
     NotifyConfig,
+    PolicyChoice,
     PolicyConfig,
     ProxyConfig,
 )
-from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite
+from generator.proxy.policies import POLICIES
+from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite, option_issues, policy_sides
+from generator.spec import PolicyChoice as SpecPolicy
 from generator.spec import RouterKind, Spec
 from generator.topologies import topology_of, topology_unit
 
@@ -34,7 +37,7 @@ class Proxy:
     # Seed A's proxy listens on 9100, node_exporter's port on most GPU hosts: the seed stacks
     # keep it (router.port), everything else defaults to 8100.
     default_port = 8100
-    policies = ("round_robin", "least_outstanding")
+    policies = tuple(POLICIES)  # the proxy's own registry: router.yaml reads the same
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
     stamp: Literal["response-id", "headers"] = "headers"
 
@@ -58,6 +61,7 @@ class Proxy:
                 "remove router.extra_args (the proxy's settings are router.policy, "
                 "router.session_header, router.port)",
             )
+        yield from _option_issues(spec)
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> ProxyRouterPlan:
         notify = None
@@ -98,7 +102,9 @@ def _config(plan: Plan) -> ProxyConfig:
         protocol=protocol,
         listen=ListenConfig(host="0.0.0.0", port=router.port),
         model=plan.model.served_name,
-        policy=PolicyConfig.model_validate({"prefill": router.policy, "decode": router.policy}),
+        policy=PolicyConfig(
+            prefill=_policy(router.policy.prefill, plan), decode=_policy(router.policy.decode, plan)
+        ),
         session_header=router.session_header,
         prefill=[BackendConfig(name=e.name, url=e.url, tp=e.tp) for e in plan.prefill],
         decode=[_decoder(plan, engine) for engine in plan.decode],
@@ -106,6 +112,26 @@ def _config(plan: Plan) -> ProxyConfig:
         if router.notify_port
         else None,
     )
+
+
+def _option_issues(spec: Spec) -> Iterator[SpecIssue]:
+    for side, choice in policy_sides(spec):
+        kind = POLICIES.get(choice.name)
+        if kind is not None:  # an unknown name: router_issues names it
+            yield from option_issues(spec, side, choice, kind.options, "the proxy")
+
+
+def _policy(choice: SpecPolicy, plan: Plan) -> PolicyChoice:
+    return PolicyChoice(name=choice.name, options=_stack_defaults(choice, plan) | choice.options)
+
+
+def _stack_defaults(choice: SpecPolicy, plan: Plan) -> dict[str, Any]:
+    """prefix_aware hashes blocks of LMCache's chunk_size: the unit it stores and finds KV in,
+    in both P/D topologies (vLLM's own block size is not in the plan)."""
+    chunk_size = getattr(plan.topology, "chunk_size", None)
+    if choice.name != "prefix_aware" or chunk_size is None:
+        return {}
+    return {"block_tokens": chunk_size}
 
 
 def _notice_bind_host(router: ProxyRouterPlan) -> str:

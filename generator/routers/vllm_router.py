@@ -1,22 +1,52 @@
 """vllm-project/router, configured entirely by its command line: ``--vllm-pd-disaggregation``
 for NIXL's hand-off (it cannot drive LMCache's P/D protocol), or plain ``--worker-urls`` over
-every engine for the colocated topology."""
+every engine for the colocated topology.
+
+Policies and options as vllm-router 0.1.17's ``--help`` lists them; in P/D mode each side may
+have its own policy (``--prefill-policy``/``--decode-policy``), but cache_aware's options are
+the router's, one set for both sides."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from generator.errors import SpecIssue
 from generator.plan.files import ConfigFile
 from generator.plan.models import Plan
 from generator.plan.parts import VllmRouterPlan, part_of
 from generator.plan.ports import PortBook
-from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite
-from generator.spec import RouterKind, Spec
+from generator.routers.base import (
+    ROUTER_LOCK,
+    RouterImage,
+    RouterSite,
+    option_issues,
+    policy_sides,
+)
+from generator.spec import RouterKind, SidedPolicy, Spec
 from generator.topologies import topology_of, topology_unit
 
-__all__ = ["UNIT", "VllmRouter"]
+__all__ = ["UNIT", "CacheAwareOptions", "VllmRouter"]
+
+
+class _NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class CacheAwareOptions(_NoOptions):
+    """cache_aware's flags; one left out keeps vllm-router's default (in the comment)."""
+
+    cache_threshold: float | None = Field(None, ge=0.0, le=1.0)  # 0.3: prefix match to stay
+    balance_abs_threshold: int | None = Field(None, ge=0)  # 64: queue gap that rebalances...
+    balance_rel_threshold: float | None = Field(None, ge=1.0)  # 1.5: ...and queue ratio
+    eviction_interval_secs: int | None = Field(None, ge=1)  # 120
+    max_tree_size: int | None = Field(None, ge=1)  # 33554432 characters per worker
+
+
+_OPTIONS: Mapping[str, type[BaseModel]] = MappingProxyType({"cache_aware": CacheAwareOptions})
 
 
 class VllmRouter:
@@ -41,6 +71,7 @@ class VllmRouter:
                 "vllm-router cannot drive LMCache's P/D protocol (disagg_spec + ZMQ done notices)",
                 "use router.kind: proxy for lmcache-pd, or topology: nixl-mp for vllm-router",
             )
+        yield from _policy_issues(spec)
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> VllmRouterPlan:
         metrics = spec.router.prometheus_port or site.claim(
@@ -53,10 +84,10 @@ class VllmRouter:
         args = ["vllm-router", "--host", "0.0.0.0", "--port", str(router.port)]
         args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(router.metrics_port)]
         if topology_of(plan).router_protocol == "none":
-            args += ["--policy", router.policy, "--worker-urls"]
-            args += [engine.url for engine in plan.engines]
+            args += ["--policy", router.policy.prefill.name, *_option_flags(router.policy)]
+            args += ["--worker-urls", *(engine.url for engine in plan.engines)]
         else:
-            args += ["--vllm-pd-disaggregation", "--policy", router.policy]
+            args += ["--vllm-pd-disaggregation", *_policy_flags(router.policy)]
             for engine in plan.prefill:
                 args += ["--prefill", engine.url]
             for engine in plan.decode:
@@ -75,6 +106,44 @@ class VllmRouter:
 
     def sticky_sessions(self, plan: Plan) -> bool:
         return False  # its sticky policies are not checked by the verdict
+
+
+def _policy_flags(policy: SidedPolicy) -> list[str]:
+    prefill, decode = policy.prefill.name, policy.decode.name
+    sides = ["--policy", prefill]
+    if prefill != decode:
+        sides = ["--prefill-policy", prefill, "--decode-policy", decode]
+    return [*sides, *_option_flags(policy)]
+
+
+def _option_flags(policy: SidedPolicy) -> list[str]:
+    """Each option given, as its flag (the sides' options agree: check_spec says so)."""
+    options = policy.prefill.options | policy.decode.options
+    return [
+        part
+        for name, value in sorted(options.items())
+        for part in (f"--{name.replace('_', '-')}", str(value))
+    ]
+
+
+def _policy_issues(spec: Spec) -> Iterator[SpecIssue]:
+    sides = policy_sides(spec)
+    for side, choice in sides:
+        model = _OPTIONS.get(choice.name, _NoOptions)
+        yield from option_issues(spec, side, choice, model, "vllm-router")
+    if len(sides) == 2 and topology_unit(spec.topology).router_protocol == "none":
+        yield SpecIssue(
+            "router.policy",
+            "a colocated stack has no prefill and decode sides",
+            "give router.policy one name",
+        )
+    prefill, decode = spec.router.policy.prefill.options, spec.router.policy.decode.options
+    if prefill and decode and prefill != decode:
+        yield SpecIssue(
+            "router.policy.decode.options",
+            "vllm-router's policy options are the router's, one set for both sides",
+            "give the options on one side only, or the same on both",
+        )
 
 
 def _router(plan: Plan) -> VllmRouterPlan:

@@ -1,5 +1,6 @@
 """The command of the stack's `bench` service: vLLM's own serving benchmark (`vllm bench
-serve`, random dataset) against the router, and the named presets it runs with.
+serve`, its random or prefix_repetition dataset) against the router, and the named presets
+it runs with.
 
 The rendered service carries the profile's default preset, so `docker compose run --rm bench`
 reproduces a run of `python -m generator bench` at that preset's first load point.
@@ -16,6 +17,8 @@ from generator.spec import Profile
 __all__ = [
     "BENCH_RESULTS_DIR",
     "BenchSettings",
+    "Dataset",
+    "PrefixRepetition",
     "Preset",
     "bench_command",
     "default_preset",
@@ -31,11 +34,27 @@ class Preset(StrEnum):
     SMOKE = "smoke"  # seconds on the cpu stacks' tiny model: CI and first runs
 
 
+class Dataset(StrEnum):
+    RANDOM = "random"  # random tokens: no two prompts share a prefix
+    # vLLM's prefix_repetition: num_prefixes random prefixes, each followed by random
+    # suffixes; what prefix caches and prefix-aware routing are measured with
+    PREFIX_REPETITION = "prefix-repetition"
+
+
+@dataclass(frozen=True)
+class PrefixRepetition:
+    """vLLM 0.32's --prefix-repetition-* options (its defaults)."""
+
+    prefix_len: int = 256
+    suffix_len: int = 256
+    num_prefixes: int = 10  # vLLM sends num_prompts // num_prefixes prompts per prefix
+
+
 @dataclass(frozen=True)
 class BenchSettings:
     """One run of `vllm bench serve` (one load point)."""
 
-    input_len: int = 256
+    input_len: int = 256  # the random dataset's; prefix-repetition: prefix + suffix
     output_len: int = 16
     num_prompts: int = 8
     request_rate: float | None = None  # None: all at once, bounded by max_concurrency
@@ -44,10 +63,18 @@ class BenchSettings:
     seed: int = 0
     goodput_slo_ms: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, ms)
     detailed: bool = True  # per-request TTFTs and ITLs in the JSON (the report's plots)
+    dataset: Dataset = Dataset.RANDOM
+    prefix: PrefixRepetition = PrefixRepetition()  # read with Dataset.PREFIX_REPETITION only
+
+    @property
+    def prompt_len(self) -> int:
+        if self.dataset is Dataset.PREFIX_REPETITION:
+            return self.prefix.prefix_len + self.prefix.suffix_len
+        return self.input_len
 
     @property
     def tokens_per_request(self) -> int:
-        return self.input_len + self.output_len
+        return self.prompt_len + self.output_len
 
 
 _PRESETS = {
@@ -78,14 +105,28 @@ def bench_command(
         *["--backend", "openai", "--endpoint", "/v1/completions"],
         *["--base-url", f"http://{router_host}:{plan.router.port}"],
         *["--model", model.served_name, "--tokenizer", model.id],
-        *["--dataset-name", "random", "--random-input-len", str(settings.input_len)],
-        *["--random-output-len", str(settings.output_len)],
+        *_dataset_args(settings),
         *["--num-prompts", str(settings.num_prompts), *_load_args(settings)],
         *["--burstiness", f"{settings.burstiness:g}", "--seed", str(settings.seed)],
         *["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"],
         *["--metric-percentiles", "50,90,99", *_goodput_args(settings)],
         *["--save-result", *(["--save-detailed"] if settings.detailed else [])],
         *["--result-dir", BENCH_RESULTS_DIR, "--result-filename", result_file],
+    ]
+
+
+def _dataset_args(settings: BenchSettings) -> list[str]:
+    output = str(settings.output_len)
+    if settings.dataset is Dataset.RANDOM:
+        args = ["--dataset-name", "random", "--random-input-len", str(settings.input_len)]
+        return [*args, "--random-output-len", output]
+    prefix = settings.prefix
+    return [
+        *["--dataset-name", "prefix_repetition"],
+        *["--prefix-repetition-prefix-len", str(prefix.prefix_len)],
+        *["--prefix-repetition-suffix-len", str(prefix.suffix_len)],
+        *["--prefix-repetition-num-prefixes", str(prefix.num_prefixes)],
+        *["--prefix-repetition-output-len", output],
     ]
 
 

@@ -8,9 +8,17 @@ right value depends on the topology or profile are ``None`` here and resolved by
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from generator.paths import RESERVED_IMAGE_DIRS
 from generator.spec.types import (
@@ -61,12 +69,14 @@ __all__ = [
     "NixlSpec",
     "PipSpec",
     "PlacementSpec",
+    "PolicyChoice",
     "PortBases",
     "ProcessSpec",
     "Profile",
     "RouterKind",
     "RouterSpec",
     "Runtime",
+    "SidedPolicy",
     "Spec",
     "TokenSource",
     "Topology",
@@ -240,13 +250,55 @@ class LMCacheSpec(StrictModel):
     pd: LMCachePDSpec | None = None
 
 
+class PolicyChoice(StrictModel):
+    """A policy and its options: which names and options exist (and their types) is the
+    router kind's to say (routers/)."""
+
+    name: Word
+    options: dict[Word, Any] = Field(default_factory=dict, max_length=32)
+
+
+def _one_side(side: object) -> object:
+    return {"name": side} if isinstance(side, str) else side
+
+
+def _both_sides(policy: object) -> object:
+    """What may be written (a name; {name, options}; {prefill: ..., decode: ...}, each side a
+    name or {name, options}) as the one form the tool reads."""
+    if isinstance(policy, str) or (
+        isinstance(policy, dict) and "name" in policy and policy.keys() <= {"name", "options"}
+    ):
+        return {"prefill": _one_side(policy), "decode": _one_side(policy)}
+    if isinstance(policy, dict):
+        return {side: _one_side(value) for side, value in policy.items()}
+    return policy
+
+
+class SidedPolicy(StrictModel):
+    """The prefillers' policy and the decoders'."""
+
+    prefill: PolicyChoice = PolicyChoice(name="round_robin")
+    decode: PolicyChoice = PolicyChoice(name="round_robin")
+
+    _written = model_validator(mode="before")(staticmethod(_both_sides))
+
+    @model_serializer(mode="wrap")
+    def _shortest(self, handler: SerializerFunctionWrapHandler) -> object:
+        """Written back in the shortest form that reads the same (plan.json stays as it was
+        for a stack with one policy and no options)."""
+        if self.prefill == self.decode and not self.prefill.options:
+            return self.prefill.name
+        return handler(self)
+
+
 class RouterSpec(StrictModel):
     kind: Annotated[RouterKind, Lax] | None = None
     host: DnsLabel | None = None
     port: Port | None = None
     prometheus_port: Port | None = None
     notify_port: Port | None = Field(None, description="proxy ZMQ PULL port (lmcache-pd)")
-    policy: Word = "round_robin"
+    # One name for both sides, {name, options}, or {prefill: ..., decode: ...}.
+    policy: SidedPolicy = SidedPolicy()
     session_header: HeaderName | None = None
     extra_args: Args = Field(default_factory=list)
 

@@ -63,6 +63,18 @@ ROUTER_FLAGS: Mapping[str, str] = {
     "--prometheus-host": "the router's metrics bind all interfaces",
     "--prometheus-port": "router.prometheus_port or ports.router_metrics",
     "--policy": "router.policy",
+    "--prefill-policy": "router.policy.prefill",
+    "--decode-policy": "router.policy.decode",
+    **{
+        f"--{option.replace('_', '-')}": f"router.policy.options.{option}"
+        for option in (
+            "cache_threshold",
+            "balance_abs_threshold",
+            "balance_rel_threshold",
+            "eviction_interval_secs",
+            "max_tree_size",
+        )
+    },
     "--worker-urls": "the planner lists the engines (prefill / decode)",
     "--vllm-pd-disaggregation": "topology",
     "--prefill": "prefill.count and placement.prefill",

@@ -7,8 +7,10 @@ Request: a 200-word prompt, 16 tokens, NIXL protocol (prefill then decode).
 Targets for our proxy on one core (issue 4): added p50 at 1 stream <= 0.8 ms, >= 1500 req/s at
 32 streams (JSON and SSE), CPU <= 0.6 ms per request, no errors.
 
-Run: python tests/benchmarks/bench_proxy.py [--seconds 10]   (needs wrk; vllm-router from
-.cache/bare-router, made by bench_up.py, or VLLM_ROUTER=/path/to/vllm-router)
+Run: python tests/benchmarks/bench_proxy.py [--seconds 10] [--policy prefix_aware]
+(needs wrk; vllm-router from .cache/bare-router, made by bench_up.py, or
+VLLM_ROUTER=/path/to/vllm-router). --policy: the proxy's policy on both sides (a router.yaml
+instead of the seed flags; default round_robin).
 """
 
 from __future__ import annotations
@@ -114,11 +116,30 @@ def measure(
     }
 
 
+def proxy_settings(policy: str | None, scratch: Path) -> list[str]:
+    if policy is None:
+        return [
+            "--protocol", "nixl", "--prefiller-host", "127.0.0.1", "--prefiller-port", str(PREFILL_PORT),
+            "--decoder-host", "127.0.0.1", "--decoder-port", str(DECODE_PORT), "--port", str(PROXY_PORT),
+        ]  # fmt: skip
+    config = {
+        "protocol": "nixl",
+        "listen": {"host": "127.0.0.1", "port": PROXY_PORT},
+        "policy": {"prefill": policy, "decode": policy},
+        "prefill": [{"name": "p0", "url": f"http://127.0.0.1:{PREFILL_PORT}"}],
+        "decode": [{"name": "d0", "url": f"http://127.0.0.1:{DECODE_PORT}"}],
+    }
+    path = scratch / "router.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return ["--config", str(path)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--policy", help="the proxy's policy, both sides (policies.POLICIES)")
     args = parser.parse_args()
     router_binary = os.environ.get("VLLM_ROUTER", str(ROOT / ".cache/bare-router/bin/vllm-router"))
     processes: list[subprocess.Popen[bytes]] = []
@@ -151,10 +172,8 @@ def main() -> int:
             f"http://127.0.0.1:{DECODE_PORT}/v1/completions", 1, args.seconds, scripts["json"]
         )
         proxy = start([
-            "taskset", "-c", "0", sys.executable, "-m", "generator.proxy", "--protocol", "nixl",
-            "--prefiller-host", "127.0.0.1", "--prefiller-port", str(PREFILL_PORT),
-            "--decoder-host", "127.0.0.1", "--decoder-port", str(DECODE_PORT), "--port", str(PROXY_PORT),
-            "--log-level", "WARNING",
+            "taskset", "-c", "0", sys.executable, "-m", "generator.proxy",
+            *proxy_settings(args.policy, scratch), "--log-level", "WARNING",
         ])  # fmt: skip
         wait_ready(f"http://127.0.0.1:{PROXY_PORT}/ready")
         base = f"http://127.0.0.1:{PROXY_PORT}"

@@ -7,6 +7,7 @@ import argparse
 import pytest
 
 from generator.proxy.config import BackendConfig
+from generator.proxy.policies import make_policy
 from generator.proxy.routing import NoBackend, Pool, SessionTable
 from generator.proxy.seed_flags import add_seed_flags, config_from_seed_flags
 
@@ -14,7 +15,7 @@ from generator.proxy.seed_flags import add_seed_flags, config_from_seed_flags
 def pool(policy: str = "round_robin", count: int = 3) -> Pool[BackendConfig]:
     configs = [BackendConfig(name=f"b{i}", url=f"http://h:{8000 + i}") for i in range(count)]
     now = [100.0]
-    result: Pool[BackendConfig] = Pool.of(configs, policy, eject_s=10.0)  # type: ignore[arg-type]
+    result: Pool[BackendConfig] = Pool.of(configs, make_policy(policy, {}), eject_s=10.0)
     result.clock = lambda: now[0]
     return result
 
