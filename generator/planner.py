@@ -31,10 +31,11 @@ def make_plan(spec: Spec) -> Plan:
     topology = topology_unit(spec.topology)
     book = PortBook()
     slots = place_engines(spec)
-    check_gpu_shares(spec, slots)
+    if gpu:  # cores shared (cpu.share) split nothing between engines
+        check_gpu_shares(spec, slots)
     _claim_fixed_ports(spec, book, slots)
     router = _plan_router(spec, book, network, notices=topology.router_notices)
-    views = gpu_views(slots) if spec.profile is Profile.GPU else {}
+    views = gpu_views(slots) if gpu else {}
     engines = [
         _plan_engine(spec, book, network, slot, views.get(slot), topology=topology)
         for slot in slots

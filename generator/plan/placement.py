@@ -77,8 +77,8 @@ class _Pool:
                     field,
                     f"device {device} on host {self.host} is given to both "
                     f"{self.owner[device]} and {owner}",
-                    fix="give every engine its own devices, or set gpu.share: true (GPUs "
-                    "only) to let engines share one",
+                    fix="give every engine its own devices, or set gpu.share: true (cpu "
+                    "profile: cpu.share: true) to let engines share one",
                 )
         return self._assign(wanted, owner)
 
@@ -136,7 +136,8 @@ def _make_pools(spec: Spec) -> dict[str, _Pool]:
     for position, host in enumerate(spec.hosts):
         devices = list(getattr(host, attr) or [])
         field = f"hosts[{position}].{attr}"
-        pools[host.name] = _Pool(host.name, devices, field, shared=gpu and spec.gpu.share)
+        shared = spec.gpu.share if gpu else spec.cpu.share
+        pools[host.name] = _Pool(host.name, devices, field, shared=shared)
     return pools
 
 

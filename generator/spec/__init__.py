@@ -2,6 +2,7 @@
 
 from generator.spec.load import Rule, apply_overrides, read_spec_file, validate_spec
 from generator.spec.models import (
+    CpuSpec,
     DockerAccess,
     GpuAccess,
     GpuSpec,
@@ -33,6 +34,7 @@ from generator.spec.models import (
 )
 
 __all__ = [
+    "CpuSpec",
     "DockerAccess",
     "GpuAccess",
     "GpuSpec",

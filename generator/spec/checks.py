@@ -47,6 +47,12 @@ def _router_host(spec: Spec) -> Iterator[SpecIssue]:
 
 def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
     if spec.profile is not Profile.CPU:
+        if "cpu" in spec.model_fields_set:
+            yield SpecIssue(
+                "cpu.share",
+                "is read by the cpu profile only (GPU engines are placed on GPUs)",
+                "remove the cpu section, or use gpu.share to let GPU engines share a GPU",
+            )
         return
     if "gpu" in spec.model_fields_set:
         yield SpecIssue(

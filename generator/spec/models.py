@@ -312,6 +312,15 @@ class GpuSpec(StrictModel):
     )
 
 
+class CpuSpec(StrictModel):
+    share: bool = Field(
+        False,
+        description="let engines share CPU cores (more engines than hosts[].cpus lists, each "
+        "pinned to the least used core; they compete for it); off: every engine has cores of "
+        "its own",
+    )
+
+
 class NetworkingSpec(StrictModel):
     rdma: bool | None = Field(
         None, description="map RDMA devices; default: only where KV crosses hosts"
@@ -399,6 +408,7 @@ class Spec(StrictModel):
     router: RouterSpec = Field(default_factory=RouterSpec)
     networking: NetworkingSpec = Field(default_factory=NetworkingSpec)
     gpu: GpuSpec = Field(default_factory=GpuSpec)
+    cpu: CpuSpec = Field(default_factory=CpuSpec)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     hf: HFSpec = Field(default_factory=HFSpec)
     ports: PortBases = Field(default_factory=PortBases)
