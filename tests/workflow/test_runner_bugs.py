@@ -29,8 +29,13 @@ def _fails_as_expected(_: RunContext) -> str:
 
 def test_a_bug_is_recorded_then_raised_as_itself(workspace: Workspace, tmp_path: Path) -> None:
     ran: list[str] = []
+
+    def remove(_: RunContext) -> str:
+        ran.append("down")
+        return "removed"
+
     buggy, after = Task("buggy", _misread), Task("after", lambda _: "never")
-    down = Task("down", lambda _: ran.append("down") or "removed", teardown=True)
+    down = Task("down", remove, teardown=True)
     buggy >> after >> down
     ctx = context(workspace, tmp_path)
     with pytest.raises(KeyError, match="decode-0"):
