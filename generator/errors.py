@@ -9,9 +9,11 @@
     ├── DriftError            ``render --check``: committed output differs from a fresh render
     ├── DockerError           a docker / docker compose call failed (what ran and what it printed)
     └── StackError            a running stack misbehaved (unhealthy service, failed smoke verdict)
+        └── ProbeError        a service's HTTP answer was an error or not what it must send
 
 Third-party exceptions are translated into these in exactly one place each (pydantic in
-``generator/spec/load.py``, python-on-whales in ``generator/docker/endpoint.py``), always
+``generator/spec/load.py``, python-on-whales in ``generator/docker/endpoint.py``, httpx in
+``generator/probes/http.py``), always
 ``raise ... from exc``.
 """
 
@@ -25,6 +27,7 @@ __all__ = [
     "DockerError",
     "DriftError",
     "PlanError",
+    "ProbeError",
     "RenderError",
     "SpecError",
     "SpecIssue",
@@ -112,3 +115,8 @@ class DockerError(XpydError):
 
 class StackError(XpydError):
     pass
+
+
+class ProbeError(StackError):
+    """An HTTP probe of a service failed: the message names the service, the URL path and the
+    backend's own error message; the hint, the ``logs`` command for that service."""

@@ -8,13 +8,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from generator.bench.cache_counters import read_cache_counters
 from generator.bench.results import ArmResult, PointResult, read_point
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
+from generator.probes.http import ProbeClient
 from generator.probes.kv_speed import KvCounters, read_counters, wait_for_transfers
 from generator.services.bench import BenchSettings
 from generator.topologies import topology_of
@@ -133,7 +132,7 @@ def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: flo
     context.progress(
         f"{plan.stack}: benchmark at {point.label} ({point.settings.num_prompts} prompts)"
     )
-    with httpx.Client(timeout=30.0) as client:
+    with ProbeClient(plan.stack, timeout_s=30.0) as client:
         engines_before = read_engine_counters(client, plan)
         cache_before = read_cache_counters(client, plan)
         kv_before = read_counters(client, plan) if moves_kv else None
@@ -146,7 +145,7 @@ def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: flo
     return result
 
 
-def _kv_change(client: httpx.Client, plan: Plan, before: KvCounters | None) -> KvCounters | None:
+def _kv_change(client: ProbeClient, plan: Plan, before: KvCounters | None) -> KvCounters | None:
     """NIXL's counters over the point: vLLM publishes a transfer with its next stats update,
     a moment after the response."""
     if before is None:

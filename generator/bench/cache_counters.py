@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-import httpx
-
 from generator.plan import Plan
-from generator.probes.http import metric_sum, scrape_metrics
+from generator.probes.http import ProbeClient, metric_sum
 
 __all__ = ["CacheCounters", "read_cache_counters"]
 
@@ -44,11 +42,11 @@ class CacheCounters:
         return self.external_hits / self.external_queries if self.external_queries else None
 
 
-def read_cache_counters(client: httpx.Client, plan: Plan) -> CacheCounters:
+def read_cache_counters(client: ProbeClient, plan: Plan) -> CacheCounters:
     totals = dict.fromkeys(_NAMES, 0.0)
     for engine in plan.prefill:
         address = plan.reach_address(engine.host)
-        samples = scrape_metrics(client, f"http://{address}:{engine.http_port}/metrics")
+        samples = client.scrape(engine.name, f"http://{address}:{engine.http_port}/metrics")
         for key, name in _NAMES.items():
             totals[key] += metric_sum(samples, name)
     return CacheCounters(**totals)

@@ -4,14 +4,13 @@ on that host's engine."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.docker.endpoint import LOCAL, DockerEndpoint, client, translated
+from generator.docker.endpoint import LOCAL, DockerEndpoint, client, run_cli, translated
 from generator.errors import DockerError
 from generator.runtimes.base import ServiceState
 
@@ -34,14 +33,19 @@ class ComposeStack:
 
     def build(self, services: list[str], on_line: Callable[[str], None]) -> None:
         """Build the images of ``services`` (their ``build:`` sections), streaming the log."""
-        with translated(f"building {', '.join(services)}", "read the build log in the run folder"):
+        with translated(
+            f"building {', '.join(services)}", hint="read the build log in the run folder"
+        ):
             stream = self._client.compose.build(services, stream_logs=True)
             for _source, line in stream or ():
                 on_line(line.decode(errors="replace").rstrip("\n"))
 
     def up(self, services: list[str], *, with_dependencies: bool = False) -> None:
         """Create and start ``services`` detached; already-running ones are left alone."""
-        with translated(f"starting {', '.join(services)}"):
+        with translated(
+            f"starting {', '.join(services)}",
+            hint=f"`{self._compose('ps', '-a')}` and `{self._compose('logs')}` show why",
+        ):
             self._client.compose.up(
                 services, detach=True, no_build=True, dependencies=with_dependencies, quiet=True
             )
@@ -60,7 +64,7 @@ class ComposeStack:
             return states
 
     def _ps(self) -> list[ServiceState]:
-        with translated("listing the stack's containers"):
+        with translated("listing the stack's containers", hint=self._engine_hint()):
             containers = self._client.compose.ps(all=True)
         states = []
         for container in containers:
@@ -86,7 +90,7 @@ class ComposeStack:
         running = {s.container: s.service for s in self.ps() if s.status == "running"}
         if not running:
             return {}
-        with translated(f"reading CPU use of {self.project}"):
+        with translated(f"reading CPU use of {self.project}", hint=self._engine_hint()):
             stats = client(self.endpoint).stats(list(running))
         return {
             running[s.container_name]: s.cpu_percentage
@@ -95,7 +99,7 @@ class ComposeStack:
         }
 
     def logs(self, service: str | None = None, *, tail: int | None = None) -> str:
-        with translated(f"reading logs of {service or self.project}"):
+        with translated(f"reading logs of {service or self.project}", hint=self._engine_hint()):
             text = self._client.compose.logs(
                 [service] if service else [],
                 tail=str(tail) if tail else None,
@@ -104,19 +108,30 @@ class ComposeStack:
         return text if isinstance(text, str) else ""
 
     def follow_logs(self, service: str | None, on_line: Callable[[str], None]) -> None:
-        with translated(f"following logs of {service or self.project}"):
+        with translated(f"following logs of {service or self.project}", hint=self._engine_hint()):
             for _source, line in self._client.compose.logs(
                 [service] if service else [], follow=True, stream=True
             ):
                 on_line(line.decode(errors="replace").rstrip("\n"))
 
     def down(self, *, volumes: bool = False) -> None:
-        with translated(f"removing {self.project}"):
+        with translated(
+            f"removing {self.project}",
+            hint=f"retry with `{self._compose('down')}`; `docker ps -a` shows what is left",
+        ):
             self._client.compose.down(remove_orphans=True, volumes=volumes, timeout=30, quiet=True)
 
     @property
     def project(self) -> str:
         return self._project
+
+    def _engine_hint(self) -> str:
+        return f"check that `docker {' '.join([*self.endpoint.cli_args(), 'info'])}` answers"
+
+    def _compose(self, *arguments: str) -> str:
+        """The command line a user runs to look at this project themselves."""
+        options = [*self.endpoint.cli_args(), "compose", "-p", self.project]
+        return " ".join(["docker", *options, *arguments])
 
     def remove_oneoff(self, name: str) -> None:
         with contextlib.suppress(DockerError):  # none left: nothing to remove
@@ -124,7 +139,10 @@ class ComposeStack:
 
     def execute(self, service: str, command: list[str]) -> str:
         """``command``'s output, run inside the running container of ``service``."""
-        with translated(f"running a command in {service}"):
+        with translated(
+            f"running a command in {service}",
+            hint=f"is it running? `{self._compose('logs', service)}` shows",
+        ):
             output = self._client.compose.execute(service, command, tty=False)
         return output if isinstance(output, str) else ""
 
@@ -140,7 +158,10 @@ class ComposeStack:
         """A detached one-off container of ``service``: its image, devices, namespaces,
         volumes and environment exactly as rendered, another command (and ``volumes``:
         (host folder, container path) binds besides the rendered ones)."""
-        with translated(f"starting a one-off {service} container"):
+        with translated(
+            f"starting a one-off {service} container",
+            hint=f"a container named {name} may be left over: `docker rm -f {name}`",
+        ):
             self._client.compose.run(
                 service,
                 command,
@@ -156,7 +177,7 @@ class ComposeStack:
 
     def run_oneoff(self, service: str, command: list[str], volumes: list[tuple[Path, str]]) -> str:
         """``docker compose run --rm`` a one-off container (e.g. the benchmark); its output."""
-        with translated(f"running {service}"):
+        with translated(f"running {service}", hint="its output above says why it failed"):
             output = self._client.compose.run(
                 service,
                 command,
@@ -180,24 +201,21 @@ class OneOff:
         engine = client(self.endpoint)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            with translated(f"inspecting {self.name}"):
+            with translated(f"inspecting {self.name}", hint=f"`docker ps -a` lists {self.name}"):
                 state = engine.container.inspect(self.name).state
             if not state.running:
                 return state.exit_code
             time.sleep(0.5)
         return None
 
-    def output(self) -> tuple[str, str]:
+    def output(self, *, timeout_s: float = 60.0) -> tuple[str, str]:
         """(stdout, stderr) of the container so far."""
-        done = subprocess.run(
-            ["docker", *self.endpoint.cli_args(), "logs", self.name],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        hint = f"`docker logs {self.name}` shows them when its engine answers again"
+        done = run_cli(self.endpoint, ["logs", self.name], timeout_s=timeout_s, hint=hint)
         return done.stdout, done.stderr
 
     def remove(self) -> None:
-        with translated(f"removing {self.name}"):
+        with translated(
+            f"removing {self.name}", hint=f"remove it by hand: `docker rm -f {self.name}`"
+        ):
             client(self.endpoint).container.remove(self.name, force=True)

@@ -16,7 +16,15 @@ from python_on_whales.exceptions import DockerException
 
 from generator.errors import DockerError
 
-__all__ = ["LOCAL", "DockerEndpoint", "check_reachable", "client", "last_lines", "translated"]
+__all__ = [
+    "LOCAL",
+    "DockerEndpoint",
+    "check_reachable",
+    "client",
+    "last_lines",
+    "run_cli",
+    "translated",
+]
 
 _CONTEXT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]+")
 _URL_SCHEMES = ("ssh://", "tcp://", "unix://")
@@ -82,7 +90,9 @@ def client(
 
 
 @contextmanager
-def translated(what: str, hint: str = "") -> Iterator[None]:
+def translated(what: str, *, hint: str) -> Iterator[None]:
+    """python-on-whales' errors as a ``DockerError``: ``what`` failed, the last lines docker
+    printed, and ``hint`` (required: every failure says what to do next)."""
     try:
         yield
     except DockerException as exc:
@@ -93,6 +103,39 @@ def translated(what: str, hint: str = "") -> Iterator[None]:
             output=output,
             hint=hint,
         ) from exc
+
+
+def run_cli(
+    endpoint: DockerEndpoint, arguments: list[str], *, timeout_s: float, hint: str
+) -> subprocess.CompletedProcess[str]:
+    """The docker CLI itself (where python-on-whales lacks a call or a field), bounded by
+    ``timeout_s``: a hung engine becomes a ``DockerError`` naming it, never a TimeoutExpired."""
+    command = ["docker", *endpoint.cli_args(), *arguments]
+    try:
+        return subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,  # an ssh password prompt must fail, not wait
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise DockerError(
+            f"`docker {' '.join(arguments)}`: {endpoint.label} did not answer within "
+            f"{timeout_s:g} s",
+            command=command,
+            output=_text(exc.stdout) + _text(exc.stderr),
+            hint=hint,
+        ) from exc
+    except OSError as exc:
+        raise DockerError(
+            f"could not run the docker CLI: {exc}", command=command, output="", hint=hint
+        ) from exc
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def last_lines(text: str, count: int) -> str:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from python_on_whales.exceptions import DockerException, NoSuchImage
 
-from generator.docker.endpoint import LOCAL, DockerEndpoint, check_reachable, client, translated
+from generator.docker.endpoint import (
+    LOCAL,
+    DockerEndpoint,
+    check_reachable,
+    client,
+    run_cli,
+    translated,
+)
 from generator.errors import DockerError
 
 __all__ = [
@@ -50,22 +56,28 @@ class EngineFacts:
     daemon_pid: int | None
 
 
-def engine_facts(endpoint: DockerEndpoint = LOCAL) -> EngineFacts | None:
-    """None when no engine answers. `docker info` as JSON: python-on-whales' model lacks the
-    CDI fields of newer engines."""
+def engine_facts(
+    endpoint: DockerEndpoint = LOCAL, *, timeout_s: float = 30.0
+) -> EngineFacts | None:
+    """None when no engine answers; a ``DockerError`` when one hangs past ``timeout_s`` or
+    answers something that is not its info. `docker info` as JSON: python-on-whales' model
+    lacks the CDI fields of newer engines."""
     if shutil.which("docker") is None:
         return None
-    done = subprocess.run(
-        ["docker", *endpoint.cli_args(), "info", "--format", "{{json .}}"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    arguments = ["info", "--format", "{{json .}}"]
+    hint = _engine_hint(endpoint) + " within a few seconds"
+    done = run_cli(endpoint, arguments, timeout_s=timeout_s, hint=hint)
     if done.returncode != 0:
         return None
-    info = json.loads(done.stdout)
+    try:
+        info = json.loads(done.stdout)
+    except ValueError as exc:
+        raise DockerError(
+            f"`docker info` on {endpoint.label} printed no JSON: {done.stdout[:200]!r}",
+            command=["docker", *endpoint.cli_args(), *arguments],
+            output=done.stdout + done.stderr,
+            hint=hint,
+        ) from exc
     return EngineFacts(
         server_version=str(info.get("ServerVersion", "?")),
         compose_version=_compose_version(endpoint),
@@ -103,13 +115,13 @@ def container_publishing(port: int, endpoint: DockerEndpoint = LOCAL) -> str | N
 
 
 def image_exists(tag: str, endpoint: DockerEndpoint = LOCAL) -> bool:
-    with translated(f"inspecting {tag} on {endpoint.label}"):
+    with translated(f"inspecting {tag} on {endpoint.label}", hint=_engine_hint(endpoint)):
         return bool(client(endpoint).image.exists(tag))
 
 
 def image_id(endpoint: DockerEndpoint, tag: str) -> str | None:
     """The image ID ``tag`` names on that engine (kept by save/load), or None."""
-    with translated(f"inspecting {tag} on {endpoint.label}"):
+    with translated(f"inspecting {tag} on {endpoint.label}", hint=_engine_hint(endpoint)):
         try:
             return str(client(endpoint).image.inspect(tag).id)
         except NoSuchImage:
@@ -118,12 +130,15 @@ def image_id(endpoint: DockerEndpoint, tag: str) -> str | None:
 
 def ensure_image(tag: str, endpoint: DockerEndpoint = LOCAL) -> str:
     """Present on that engine, or pulled now. Returns how it was found."""
-    engine = client(endpoint)
-    if engine.image.exists(tag):
+    if image_exists(tag, endpoint):
         return "present"
     with translated(
         f"pulling {tag} on {endpoint.label}",
-        "no registry? `bash .ci/setup` makes debian:bookworm-slim locally with debootstrap",
+        hint="no registry? `bash .ci/setup` makes debian:bookworm-slim locally with debootstrap",
     ):
-        engine.image.pull(tag, quiet=True)
+        client(endpoint).image.pull(tag, quiet=True)
     return "pulled"
+
+
+def _engine_hint(endpoint: DockerEndpoint) -> str:
+    return f"check that `docker {' '.join([*endpoint.cli_args(), 'info'])}` answers"

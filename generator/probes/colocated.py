@@ -4,16 +4,14 @@ arrived from anywhere), and round robin reached every engine."""
 
 from __future__ import annotations
 
-import httpx
-
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
-from generator.probes.readiness import router_url
+from generator.probes.http import ProbeClient, Transport
+from generator.probes.readiness import router_of_plan
 from generator.probes.requests import (
     answer_rows,
     chat_stream,
     complete,
-    completion_text,
     sized_prompt,
 )
 from generator.probes.verdict import SmokeResult, VerdictRow
@@ -23,9 +21,11 @@ __all__ = ["run_colocated_smoke"]
 _PROMPT_TOKENS = 256
 
 
-def run_colocated_smoke(plan: Plan, *, nonce: str, timeout_s: float = 180.0) -> SmokeResult:
-    router, model = router_url(plan), plan.model.served_name
-    with httpx.Client(timeout=timeout_s) as client:
+def run_colocated_smoke(
+    plan: Plan, *, nonce: str, timeout_s: float = 180.0, transport: Transport | None = None
+) -> SmokeResult:
+    router, model = router_of_plan(plan), plan.model.served_name
+    with ProbeClient(plan.stack, timeout_s=timeout_s, transport=transport) as client:
         before = read_engine_counters(client, plan)
         prompt = sized_prompt(client, plan, nonce, _PROMPT_TOKENS)
         completion = complete(client, router, model, prompt, {})
@@ -34,7 +34,6 @@ def run_colocated_smoke(plan: Plan, *, nonce: str, timeout_s: float = 180.0) -> 
         for extra in range(len(plan.engines) - 2):
             complete(client, router, model, f"{prompt} {extra}", {})
         change = read_engine_counters(client, plan) - before
-    usage = completion.get("usage") or {}
     served = sorted(name for name, count in change.requests.items() if count > 0)
     rows = [
         *answer_rows(completion, chunks),
@@ -57,5 +56,4 @@ def run_colocated_smoke(plan: Plan, *, nonce: str, timeout_s: float = 180.0) -> 
             len(served) == len(plan.engines),
         ),
     ]
-    text = completion_text(completion)
-    return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)))
+    return SmokeResult(rows, completion.text, chat_text, completion.prompt_tokens)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
-
 from generator.plan import EnginePlan, Plan
-from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
+from generator.probes.http import MetricSamples, ProbeClient, metric_sum
 
 __all__ = ["EngineCounters", "read_engine_counters"]
 
@@ -29,7 +27,7 @@ class EngineCounters:
         )
 
 
-def read_engine_counters(client: httpx.Client, plan: Plan) -> EngineCounters:
+def read_engine_counters(client: ProbeClient, plan: Plan) -> EngineCounters:
     per_engine = {engine.name: _scrape(client, plan, engine) for engine in plan.engines}
     samples = list(per_engine.values())
     return EngineCounters(
@@ -41,6 +39,6 @@ def read_engine_counters(client: httpx.Client, plan: Plan) -> EngineCounters:
     )
 
 
-def _scrape(client: httpx.Client, plan: Plan, engine: EnginePlan) -> MetricSamples:
+def _scrape(client: ProbeClient, plan: Plan, engine: EnginePlan) -> MetricSamples:
     address = plan.reach_address(engine.host)
-    return scrape_metrics(client, f"http://{address}:{engine.http_port}/metrics")
+    return client.scrape(engine.name, f"http://{address}:{engine.http_port}/metrics")

@@ -17,13 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
 from generator.errors import XpydError
 from generator.kvprobe.nixl_kv_probe import summarize_transports
 from generator.limits import KvPath, judge_kv_speed
 from generator.plan import Plan
-from generator.probes.http import metric_sum, scrape_metrics
+from generator.probes.http import ProbeClient, metric_sum
 from generator.probes.verdict import VerdictRow
 from generator.spec import Profile
 from generator.topologies import KvSpeedSource, topology_of
@@ -73,13 +71,13 @@ def kv_side(plan: Plan) -> KvSpeedSource:
     return sources.kv_speed
 
 
-def read_counters(client: httpx.Client, plan: Plan) -> KvCounters:
+def read_counters(client: ProbeClient, plan: Plan) -> KvCounters:
     source = kv_side(plan)
     hosts = {engine.name: engine.host for engine in plan.engines}
     total = KvCounters(0.0, 0.0, 0.0)
     for engine, port in zip(source.engines, source.ports, strict=True):
         address = plan.reach_address(hosts[engine])
-        samples = scrape_metrics(client, f"http://{address}:{port}/metrics")
+        samples = client.scrape(engine, f"http://{address}:{port}/metrics")
         total = KvCounters(
             total.bytes + metric_sum(samples, source.bytes_metric),
             total.seconds + metric_sum(samples, source.seconds_metric) * source.seconds_per_unit,
@@ -89,7 +87,7 @@ def read_counters(client: httpx.Client, plan: Plan) -> KvCounters:
 
 
 def wait_for_transfers(
-    client: httpx.Client, plan: Plan, before: KvCounters, *, timeout_s: float = 15.0
+    client: ProbeClient, plan: Plan, before: KvCounters, *, timeout_s: float = 15.0
 ) -> KvCounters:
     """The counters once this request's transfers are counted: vLLM publishes them with its
     next stats update, a moment after the response."""

@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import httpx
-
-from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
+from generator.probes.http import Answer, ProbeClient, Transport
 from generator.probes.waits import Check
 
-__all__ = ["engine_checks", "routed_request", "router_checks", "router_url"]
+__all__ = ["Router", "engine_checks", "routed_request", "router_checks", "router_of_plan"]
 
 
-def _model_listed(model: str) -> Callable[[httpx.Response], str | None]:
-    def accept(response: httpx.Response) -> str | None:
-        served = [entry.get("id") for entry in response.json().get("data", [])]
+@dataclass(frozen=True)
+class Router:
+    """The stack's router as a probe sees it: its service name (for errors) and base URL."""
+
+    service: str
+    url: str
+
+
+def _model_listed(model: str) -> Callable[[Answer], str | None]:
+    def accept(answer: Answer) -> str | None:
+        body = answer.json()
+        entries = body.get("data") if isinstance(body, dict) else None
+        served = [e.get("id") for e in entries if isinstance(e, dict)] if entries else []
         return None if model in served else f"model {model!r} not listed yet ({served})"
 
     return accept
-
-
-def served_model(plan: Plan) -> str:
-    return plan.model.served_name
 
 
 def engine_checks(plan: Plan, engine: EnginePlan) -> list[Check]:
@@ -30,26 +35,26 @@ def engine_checks(plan: Plan, engine: EnginePlan) -> list[Check]:
     /v1/models lists the served model. Never a completion: an lmcache-pd prefiller's engine
     crashes on a request without disagg_spec."""
     base = f"http://{plan.reach_address(engine.host)}:{engine.http_port}"
-    return [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(served_model(plan)))]
+    model = plan.model.served_name
+    return [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(model))]
 
 
-def router_url(plan: Plan) -> str:
-    return f"http://{plan.reach_address(plan.router.host)}:{plan.router.port}"
+def router_of_plan(plan: Plan) -> Router:
+    address = plan.reach_address(plan.router.host)
+    return Router(plan.router.service, f"http://{address}:{plan.router.port}")
 
 
 def router_checks(plan: Plan) -> list[Check]:
-    return [Check(f"{router_url(plan)}/health")]
+    return [Check(f"{router_of_plan(plan).url}/health")]
 
 
-def routed_request(plan: Plan, timeout_s: float = 120.0) -> None:
+def routed_request(
+    plan: Plan, *, timeout_s: float = 120.0, transport: Transport | None = None
+) -> None:
     """One request through the router: /health alone says nothing about the backends
-    (vllm-router kept calling a dead decoder healthy for over a minute)."""
-    body = {"model": served_model(plan), "prompt": "ping", "max_tokens": 1, "temperature": 0}
-    url = f"{router_url(plan)}/v1/completions"
-    response = httpx.post(url, json=body, timeout=timeout_s)
-    if response.status_code != 200:
-        raise StackError(
-            f"router is healthy but a routed request got HTTP {response.status_code}: "
-            f"{response.text[:300]}",
-            hint="check the router and engine logs",
-        )
+    (vllm-router kept calling a dead decoder healthy for over a minute). A refusal raises
+    ``ProbeError`` with the router's own message."""
+    body = {"model": plan.model.served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+    router = router_of_plan(plan)
+    with ProbeClient(plan.stack, timeout_s=timeout_s, transport=transport) as client:
+        client.post_json(router.service, f"{router.url}/v1/completions", body)

@@ -3,20 +3,19 @@ completion, a streaming chat completion."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import httpx
+from dataclasses import dataclass
 
 from generator.plan import Plan
+from generator.probes.http import ProbeClient, Reply
+from generator.probes.readiness import Router
 from generator.probes.verdict import VerdictRow
 
 __all__ = [
     "SMOKE_MAX_TOKENS",
+    "Completion",
     "answer_rows",
     "chat_stream",
     "complete",
-    "completion_text",
     "sized_prompt",
 ]
 
@@ -28,7 +27,7 @@ _SENTENCE = (
 _WORDS = _SENTENCE.split()
 
 
-def sized_prompt(client: httpx.Client, plan: Plan, nonce: str, tokens: int) -> str:
+def sized_prompt(client: ProbeClient, plan: Plan, nonce: str, tokens: int) -> str:
     """A fresh prompt (the nonce defeats prefix caches) of about ``tokens`` tokens, sized with
     the first decoder's own tokenizer to stay inside max_model_len."""
     limit = (plan.model.max_model_len or 4096) - SMOKE_MAX_TOKENS - 64
@@ -39,16 +38,27 @@ def sized_prompt(client: httpx.Client, plan: Plan, nonce: str, tokens: int) -> s
     while len(words) > 2:
         prompt = " ".join(words)
         body = {"model": plan.model.served_name, "prompt": prompt}
-        count = int(client.post(url, json=body).json()["count"])
+        count = client.post_json(decoder.name, url, body).require("count", int)
         if count <= limit:
             return prompt
         words = words[: max(2, len(words) * limit // count - 1)]
     return " ".join(words)
 
 
+@dataclass(frozen=True)
+class Completion:
+    """A completion's answer, as much of it as the verdict reads."""
+
+    id: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    pair: tuple[str | None, str | None]  # our proxy's X-Xpyd-Prefill / X-Xpyd-Decode headers
+
+
 def complete(
-    client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
-) -> dict[str, Any]:
+    client: ProbeClient, router: Router, model: str, prompt: str, headers: dict[str, str]
+) -> Completion:
     body = {
         "model": model,
         "prompt": prompt,
@@ -56,19 +66,22 @@ def complete(
         "temperature": 0,
         "ignore_eos": True,
     }
-    response = client.post(f"{router}/v1/completions", json=body, headers=headers)
-    response.raise_for_status()
-    result: dict[str, Any] = response.json()
+    reply = client.post_json(router.service, f"{router.url}/v1/completions", body, headers=headers)
+    usage = reply.part("usage")
+    choices = reply.require("choices", list)
+    first = Reply(choices[0], reply.origin) if choices and isinstance(choices[0], dict) else None
     # Our proxy names the pair it used in headers; vllm-router stamps the response id.
-    result["_pair"] = (
-        response.headers.get("X-Xpyd-Prefill"),
-        response.headers.get("X-Xpyd-Decode"),
+    return Completion(
+        id=reply.require("id", str),
+        text=first.require("text", str) if first else "",
+        prompt_tokens=usage.require("prompt_tokens", int),
+        completion_tokens=usage.require("completion_tokens", int),
+        pair=(reply.headers.get("X-Xpyd-Prefill"), reply.headers.get("X-Xpyd-Decode")),
     )
-    return result
 
 
 def chat_stream(
-    client: httpx.Client, router: str, model: str, prompt: str, headers: dict[str, str]
+    client: ProbeClient, router: Router, model: str, prompt: str, headers: dict[str, str]
 ) -> tuple[str, int]:
     body = {
         "model": model,
@@ -77,32 +90,30 @@ def chat_stream(
         "temperature": 0,
         "stream": True,
     }
+    url = f"{router.url}/v1/chat/completions"
     text, chunks, done = [], 0, False
-    with client.stream(
-        "POST", f"{router}/v1/chat/completions", json=body, headers=headers
-    ) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            payload = line.removeprefix("data: ").strip()
-            if payload == "[DONE]":
-                done = True
-                break
-            event = json.loads(payload)
-            for choice in event.get("choices", []):
-                text.append((choice.get("delta") or {}).get("content") or "")
-            chunks += 1
+    for line in client.stream_lines(router.service, url, body, headers=headers):
+        if not line.startswith("data: "):
+            continue
+        payload = line.removeprefix("data: ").strip()
+        if payload == "[DONE]":
+            done = True
+            break
+        event = Reply.parse(payload, client.origin(router.service, url))
+        for choice in event.require("choices", list):
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            text.append(str((delta or {}).get("content") or ""))
+        chunks += 1
     return "".join(text), chunks if done else 0
 
 
-def answer_rows(completion: dict[str, Any], chunks: int) -> list[VerdictRow]:
+def answer_rows(completion: Completion, chunks: int) -> list[VerdictRow]:
     """Both kinds of request were answered in full through the router."""
-    tokens = (completion.get("usage") or {}).get("completion_tokens")
+    tokens = completion.completion_tokens
     return [
         VerdictRow(
             "completion via router",
-            f"{tokens or 0} tokens",
+            f"{tokens} tokens",
             f"{SMOKE_MAX_TOKENS} tokens",
             tokens == SMOKE_MAX_TOKENS,
         ),
@@ -110,8 +121,3 @@ def answer_rows(completion: dict[str, Any], chunks: int) -> list[VerdictRow]:
             "streaming chat via router", f"{chunks} chunks, [DONE]", "> 0 chunks", chunks > 0
         ),
     ]
-
-
-def completion_text(completion: dict[str, Any]) -> str:
-    choices = completion.get("choices") or [{}]
-    return str(choices[0].get("text", ""))

@@ -6,15 +6,12 @@ the prompt on the decoder in several known cases, and this verdict fails then.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from generator.plan import Plan
 from generator.probes.colocated import run_colocated_smoke
-from generator.probes.http import MetricSamples, metric_sum, scrape_metrics
+from generator.probes.http import MetricSamples, Origin, ProbeClient, Reply, Transport, metric_sum
 from generator.probes.kv_speed import (
     KvCounters,
     kv_speed_row,
@@ -22,12 +19,12 @@ from generator.probes.kv_speed import (
     transport_in_logs,
     wait_for_transfers,
 )
-from generator.probes.readiness import router_url
+from generator.probes.readiness import Router, router_of_plan
 from generator.probes.requests import (
+    Completion,
     answer_rows,
     chat_stream,
     complete,
-    completion_text,
     sized_prompt,
 )
 from generator.probes.verdict import SmokeResult, VerdictRow
@@ -49,19 +46,20 @@ def run_smoke(
     timeout_s: float = 180.0,
     read_inside: ReadInside,
     logs: Callable[[list[str]], str] | None = None,
+    transport: Transport | None = None,
 ) -> SmokeResult:
     """``read_inside(service, url)`` is the body of a GET of ``url`` made inside that
     service's container; ``logs(services)`` those services' logs (where UCX names its
-    transport)."""
+    transport); ``transport`` replaces the network (unit tests: recorded pages)."""
     sources = topology_of(plan).verdict_sources(plan)
     if sources is None:  # no KV moves: the colocated verdict
-        return run_colocated_smoke(plan, nonce=nonce, timeout_s=timeout_s)
-    router = router_url(plan)
+        return run_colocated_smoke(plan, nonce=nonce, timeout_s=timeout_s, transport=transport)
+    router = router_of_plan(plan)
     model = plan.model.served_name
     headers = {plan.router.session_header: f"smoke-{nonce}"} if plan.router.session_header else {}
-    with httpx.Client(timeout=timeout_s) as client:
+    with ProbeClient(plan.stack, timeout_s=timeout_s, transport=transport) as client:
         before = _decode_metrics(client, plan)
-        objects_before = _lmcache_objects(sources, read_inside)
+        objects_before = _lmcache_objects(plan, sources, read_inside)
         tokens = sources.kv_prompt_tokens
         prompt = sized_prompt(client, plan, nonce, tokens)
         chat_prompt = sized_prompt(client, plan, nonce + "-chat", tokens)
@@ -71,21 +69,20 @@ def run_smoke(
         chat_text, chunks = chat_stream(client, router, model, chat_prompt, headers)
         kv_end = wait_for_transfers(client, plan, kv_mid)
         after = _decode_metrics(client, plan)
-        objects_after = _lmcache_objects(sources, read_inside)
+        objects_after = _lmcache_objects(plan, sources, read_inside)
+        stickiness = _stickiness_row(plan, client, router, headers)
     per_request = [("completion", kv_mid - kv_start), ("chat", kv_end - kv_mid)]
-    transport = transport_in_logs(plan, logs, per_request) if logs else None
-    usage = completion.get("usage") or {}
+    ucx = transport_in_logs(plan, logs, per_request) if logs else None
     rows = [
         *answer_rows(completion, chunks),
         *_kv_rows(sources, before, after),
-        kv_speed_row(plan, per_request, transport),
+        kv_speed_row(plan, per_request, ucx),
         _stamp_row(plan, completion),
         _lmcache_row(plan, objects_before, objects_after),
-        _stickiness_row(plan, router, model, headers),
+        stickiness,
     ]
-    text = completion_text(completion)
-    transfers = tuple(_transfer(name, counters, transport) for name, counters in per_request)
-    return SmokeResult(rows, text, chat_text, int(usage.get("prompt_tokens", 0)), transfers)
+    transfers = tuple(_transfer(name, counters, ucx) for name, counters in per_request)
+    return SmokeResult(rows, completion.text, chat_text, completion.prompt_tokens, transfers)
 
 
 def _transfer(request: str, counters: KvCounters, transport: str | None) -> dict[str, Any]:
@@ -98,24 +95,27 @@ def _transfer(request: str, counters: KvCounters, transport: str | None) -> dict
     }
 
 
-def _decode_metrics(client: httpx.Client, plan: Plan) -> MetricSamples:
+def _decode_metrics(client: ProbeClient, plan: Plan) -> MetricSamples:
     """Decode instances' counters, summed over all decoders."""
     total: MetricSamples = {}
     for engine in plan.decode:
-        for key, value in scrape_metrics(
-            client, f"http://{plan.reach_address(engine.host)}:{engine.http_port}/metrics"
-        ).items():
+        url = f"http://{plan.reach_address(engine.host)}:{engine.http_port}/metrics"
+        for key, value in client.scrape(engine.name, url).items():
             total[key] = total.get(key, 0.0) + value
     return total
 
 
-def _lmcache_objects(sources: VerdictSources, read_inside: ReadInside) -> dict[str, int]:
+def _lmcache_objects(
+    plan: Plan, sources: VerdictSources, read_inside: ReadInside
+) -> dict[str, int]:
     """Objects in each LMCache server's L1: its HTTP API listens on its host's loopback (it
     shows the server's environment), so it is read from inside the server's container."""
     counts: dict[str, int] = {}
     for service, port in sources.object_stores:
-        status = json.loads(read_inside(service, f"http://127.0.0.1:{port}/status"))
-        counts[service] = int(status["storage_manager"]["l1_manager"]["total_object_count"])
+        url = f"http://127.0.0.1:{port}/status"
+        status = Reply.parse(read_inside(service, url), Origin(plan.stack, service, "/status"))
+        l1 = status.part("storage_manager").part("l1_manager")
+        counts[service] = l1.require("total_object_count", int)
     return counts
 
 
@@ -150,8 +150,8 @@ def _kv_rows(
     return rows
 
 
-def _stamp_row(plan: Plan, completion: dict[str, Any]) -> VerdictRow:
-    identifier = str(completion.get("id", ""))
+def _stamp_row(plan: Plan, completion: Completion) -> VerdictRow:
+    identifier = completion.id
     if router_of(plan).stamp == "response-id":
         stamped = "___prefill_addr_" in identifier and "___decode_addr_" in identifier
         return VerdictRow(
@@ -160,7 +160,7 @@ def _stamp_row(plan: Plan, completion: dict[str, Any]) -> VerdictRow:
             "cmpl-___prefill_addr_..___decode_addr_..",
             stamped,
         )
-    prefill, decode = completion.get("_pair", (None, None))
+    prefill, decode = completion.pair
     observed = f"X-Xpyd-Prefill: {prefill}, X-Xpyd-Decode: {decode}"
     names = {e.name for e in plan.prefill}, {e.name for e in plan.decode}
     return VerdictRow(
@@ -171,16 +171,16 @@ def _stamp_row(plan: Plan, completion: dict[str, Any]) -> VerdictRow:
     )
 
 
-def _stickiness_row(plan: Plan, router: str, model: str, headers: dict[str, str]) -> VerdictRow:
+def _stickiness_row(
+    plan: Plan, client: ProbeClient, router: Router, headers: dict[str, str]
+) -> VerdictRow:
     check, expected = "session stickiness", "same pair for one session"
     if len(plan.prefill) * len(plan.decode) == 1:
         return VerdictRow(check, "1 prefill x 1 decode: nothing to choose", expected, None)
     if not router_of(plan).sticky_sessions(plan):
         return VerdictRow(check, "no session header configured", expected, None)
-    with httpx.Client(timeout=120) as client:
-        pairs = {
-            complete(client, router, model, "stickiness probe", headers)["_pair"] for _ in range(4)
-        }
+    model = plan.model.served_name
+    pairs = {complete(client, router, model, "stickiness probe", headers).pair for _ in range(4)}
     return VerdictRow(
         check, f"{len(pairs)} distinct pair(s) over 4 requests", expected, len(pairs) == 1
     )

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -18,6 +17,7 @@ from tenacity import (
 )
 
 from generator.errors import StackError
+from generator.probes.http import Answer, ProbeClient, Transport
 
 __all__ = ["Check", "NotReady", "wait_until_ready"]
 
@@ -34,16 +34,15 @@ class Check:
     """One probe of a service: ``url`` must answer 2xx and pass ``accept`` (if given)."""
 
     url: str
-    accept: Callable[[httpx.Response], str | None] | None = None  # returns a reason to wait
+    accept: Callable[[Answer], str | None] | None = None  # returns a reason to wait
 
-    def run(self, client: httpx.Client) -> None:
-        try:
-            response = client.get(self.url)
-        except httpx.TransportError as exc:
-            raise NotReady(f"{self.url}: {type(exc).__name__}") from exc
-        if response.status_code >= 400:
-            raise NotReady(f"{self.url}: HTTP {response.status_code}")
-        reason = self.accept(response) if self.accept else None
+    def run(self, client: ProbeClient) -> None:
+        answer = client.answer(self.url)
+        if answer is None:
+            raise NotReady(f"{self.url}: no answer")
+        if answer.status >= 400:
+            raise NotReady(f"{self.url}: HTTP {answer.status}")
+        reason = self.accept(answer) if self.accept else None
         if reason:
             raise NotReady(f"{self.url}: {reason}")
 
@@ -55,6 +54,7 @@ def wait_until_ready(
     deadline_s: float,
     assert_alive: Callable[[], None],
     progress: Callable[[str], None],
+    transport: Transport | None = None,
 ) -> float:
     """Run ``checks`` in order until all pass; seconds waited. ``assert_alive`` raises
     ``StackError`` when the container is gone, which ends the wait at once."""
@@ -77,7 +77,7 @@ def wait_until_ready(
         before_sleep=note,
         reraise=True,
     )
-    with httpx.Client(timeout=5.0) as client:
+    with ProbeClient("<stack>", timeout_s=5.0, transport=transport) as client:
         try:
             for attempt in retrying:
                 with attempt:

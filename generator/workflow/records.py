@@ -33,6 +33,8 @@ class TaskRecord:
     attempts: int = 0
     summary: str | None = None
     error: str | None = None
+    # A bug (an exception outside the XpydError tree): the traceback's last lines, for a report.
+    bug: str | None = None
     _t0: float = field(default=0.0, repr=False)
 
 
@@ -57,7 +59,13 @@ class RunRecord:
         return self.directory / "logs"
 
     def set_state(
-        self, name: str, state: TaskState, *, summary: str | None = None, error: str | None = None
+        self,
+        name: str,
+        state: TaskState,
+        *,
+        summary: str | None = None,
+        error: str | None = None,
+        bug: str | None = None,
     ) -> None:
         with self._lock:
             record = self.tasks.setdefault(name, TaskRecord())
@@ -70,6 +78,7 @@ class RunRecord:
             record.state = state
             record.summary = summary if summary is not None else record.summary
             record.error = error if error is not None else record.error
+            record.bug = bug if bug is not None else record.bug
             self._flush()
 
     def add_result(self, key: str, value: Any) -> None:
@@ -101,7 +110,12 @@ class RunRecord:
 
 
 def _public(fields: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in fields.items() if not key.startswith("_")}
+    """The fields run.json shows: no private ones, and ``bug`` only where there was one."""
+    return {
+        key: value
+        for key, value in fields.items()
+        if not key.startswith("_") and not (key == "bug" and value is None)
+    }
 
 
 def latest_run(runs_dir: Path, stack: str) -> dict[str, Any] | None:

@@ -5,6 +5,11 @@ every other task is finished. A task that outlives its ``timeout_s`` is failed a
 run goes on without it (its thread is told to stop at its next wait, and, being a daemon, never
 keeps the process alive). Ctrl+C cancels what has not finished, runs ``on_interrupt`` (the
 caller removes the containers) and re-raises.
+
+Only an ``XpydError`` is a task failure. Any other exception is a bug: run.json records it (the
+task failed, with the traceback's last lines under ``bug``), the run ends as after a failure
+(dependents blocked, teardown run), and then the bug itself is re-raised, so the CLI's
+internal-error path shows it instead of a task failure with no hint.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,18 +33,15 @@ __all__ = ["TaskFailure", "TaskTimeout", "run_graph"]
 
 _MAX_PARALLEL = 8
 _IDLE_POLL_S = 1.0  # how often the loop looks at deadlines when nothing finishes
+_BUG_LINES = 12  # of the traceback kept in run.json
 
 
 class TaskFailure(XpydError):
     """The run stopped because ``task`` failed (its own error is ``__cause__``)."""
 
-    def __init__(self, task: str, cause: BaseException) -> None:
+    def __init__(self, task: str, cause: XpydError) -> None:
         self.task = task
-        hint = cause.hint if isinstance(cause, XpydError) else ""
-        message = (
-            cause.message if isinstance(cause, XpydError) else f"{type(cause).__name__}: {cause}"
-        )
-        super().__init__(f"task {task} failed: {message}", hint=hint)
+        super().__init__(f"task {task} failed: {cause.message}", hint=cause.hint)
 
 
 class TaskTimeout(XpydError):
@@ -50,6 +53,29 @@ class _Outcome:
     task: Task
     summary: str | None = None
     error: BaseException | None = None
+
+
+@dataclass
+class _Failures:
+    """The first task failure and the first bug; a teardown's never masks an earlier one."""
+
+    failure: BaseException | None = None
+    bug: BaseException | None = None
+
+    def add(self, error: BaseException | None) -> None:
+        if isinstance(error, TaskFailure):
+            self.failure = self.failure or error
+        elif error is not None:
+            self.bug = self.bug or error
+
+    def __bool__(self) -> bool:
+        return self.failure is not None or self.bug is not None
+
+    def raise_first(self) -> None:
+        if self.bug is not None:  # a bug outranks an expected failure: it must be reported
+            raise self.bug
+        if self.failure is not None:
+            raise self.failure
 
 
 @dataclass
@@ -65,13 +91,14 @@ def run_graph(
     selected: set[str],
     on_interrupt: Callable[[], None] | None = None,
 ) -> None:
-    """Run the ``selected`` tasks; the others count as done (SKIPPED). Raises ``TaskFailure``."""
+    """Run the ``selected`` tasks; the others count as done (SKIPPED). Raises ``TaskFailure``,
+    or a task's bug (any exception outside the XpydError tree) as it was raised."""
     record = context.record
     for name in graph.order:
         record.set_state(name, TaskState.PENDING if name in selected else TaskState.SKIPPED)
     outcomes: queue.Queue[_Outcome] = queue.Queue()
     running: dict[str, _Running] = {}
-    first_failure: TaskFailure | None = None
+    failures = _Failures()
     try:
         while True:
             _settle_blocked(graph, context)
@@ -82,8 +109,7 @@ def run_graph(
             for outcome in _next_outcomes(outcomes, running):
                 if isinstance(outcome.error, KeyboardInterrupt):
                     raise outcome.error  # Ctrl+C seen by a task's thread: the run stops
-                failure = _collect(outcome, context)
-                first_failure = first_failure or failure
+                failures.add(_collect(outcome, context))
     except KeyboardInterrupt:
         context.cancel_all()
         for name in graph.order:
@@ -93,9 +119,8 @@ def run_graph(
         if on_interrupt is not None:
             on_interrupt()
         raise
-    record.finish("failed" if first_failure else "success")
-    if first_failure is not None:
-        raise first_failure
+    record.finish("failed" if failures else "success")
+    failures.raise_first()
 
 
 def _start(task: Task, context: RunContext, outcomes: queue.Queue[_Outcome]) -> _Running:
@@ -195,13 +220,15 @@ def _attempts(task: Task, context: RunContext) -> str | None:
     return retrying(task.function, context)
 
 
-def _collect(outcome: _Outcome, context: RunContext) -> TaskFailure | None:
+def _collect(outcome: _Outcome, context: RunContext) -> BaseException | None:
     task, error = outcome.task, outcome.error
     if isinstance(error, SkipTask):
         context.record.set_state(task.name, TaskState.SKIPPED, summary=str(error))
         context.progress(f"{task.name}: skipped ({error})")
         return None
-    if error is not None:  # any task error stops its dependents; the first is reported
+    if error is not None and not isinstance(error, XpydError):
+        return _record_bug(task, error, context)
+    if isinstance(error, XpydError):  # any task error stops its dependents; the first is reported
         if isinstance(error, TaskTimeout):
             context.cancel(task.name)
         failure = TaskFailure(task.name, error)
@@ -213,3 +240,15 @@ def _collect(outcome: _Outcome, context: RunContext) -> TaskFailure | None:
     context.record.set_state(task.name, TaskState.SUCCESS, summary=summary)
     context.progress(f"{task.name}: done" + (f" ({summary})" if summary else ""), EventLevel.DONE)
     return None
+
+
+def _record_bug(task: Task, error: BaseException, context: RunContext) -> BaseException:
+    """A bug in ``task``: failed in run.json with the traceback's last lines, returned to be
+    re-raised once the run has wound down."""
+    lines = "".join(traceback.format_exception(error)).rstrip().splitlines()
+    described = f"bug: {type(error).__name__}: {error}"
+    context.record.set_state(
+        task.name, TaskState.FAILED, error=described, bug="\n".join(lines[-_BUG_LINES:])
+    )
+    context.progress(f"{task.name}: failed with a bug ({type(error).__name__})", EventLevel.FAILED)
+    return error
