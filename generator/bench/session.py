@@ -114,8 +114,10 @@ def describe_hardware(plan: Plan) -> str:
     GPUs its driver lists (a remote host's GPUs are named by the spec only)."""
     count = len(plan.engines)
     if plan.profile is Profile.CPU:
-        cores = sum(len(engine.cpus) for engine in plan.engines)
-        return f"cpu profile: {count} engines on {cores} pinned cores of {_cpu_model()}"
+        cores = len({(engine.host, core) for engine in plan.engines for core in engine.cpus})
+        pinned = sum(len(engine.cpus) for engine in plan.engines)
+        shared = " (shared: cpu.share)" if cores < pinned else ""
+        return f"cpu profile: {count} engines on {cores} pinned cores{shared} of {_cpu_model()}"
     gpus = len({(engine.host, gpu) for engine in plan.engines for gpu in engine.gpus})
     shared = " (shared: gpu.share)" if gpus < sum(len(e.gpus) for e in plan.engines) else ""
     plural = "" if gpus == 1 else "s"

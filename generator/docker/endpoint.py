@@ -151,22 +151,8 @@ def check_reachable(endpoint: DockerEndpoint = LOCAL, *, timeout_s: float = 20.0
         raise DockerError(
             "the docker CLI is not installed", command=command, output="", hint=_fix(endpoint)
         )
-    try:
-        done = subprocess.run(
-            command,
-            stdin=subprocess.DEVNULL,  # an ssh password prompt must fail, not wait
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise DockerError(
-            f"{endpoint.label} did not answer within {timeout_s:.0f} s",
-            command=command,
-            output="",
-            hint=_fix(endpoint),
-        ) from exc
+    arguments = command[1 + len(endpoint.cli_args()) :]
+    done = run_cli(endpoint, arguments, timeout_s=timeout_s, hint=_fix(endpoint))
     if done.returncode != 0 or not done.stdout.strip():
         output = f"{done.stdout}\n{done.stderr}"
         raise DockerError(

@@ -36,3 +36,14 @@ def test_the_cpu_section_is_refused_on_the_gpu_profile() -> None:
     data = spec_dict(cpu={"share": True})
     with pytest.raises(SpecError, match=r"cpu\.share: is read by the cpu profile only"):
         parse_spec(data, source="test")
+
+
+def test_a_bench_report_names_shared_cores(workspace: Workspace) -> None:
+    from generator.bench.session import describe_hardware
+
+    plan = make_plan(two_prefillers(workspace, "cpu.share=true"))
+    assert describe_hardware(plan).startswith(
+        "cpu profile: 3 engines on 2 pinned cores (shared: cpu.share) of "
+    )
+    alone = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
+    assert describe_hardware(alone).startswith("cpu profile: 2 engines on 2 pinned cores of ")
