@@ -8,7 +8,8 @@
       4. prefill: the request cut to one token; a refused connection ejects that prefiller and
          retries once on another one
       5. lmcache-pd: wait (with a deadline) for the prefiller's LMCache to say the KV was sent
-      6. decode: the request, relayed as JSON or as SSE (a final error event if it breaks)
+      6. decode (decode.py): the request, relayed as JSON or as SSE (a final error event if
+         it breaks)
 
 A client that disconnects cancels this whole coroutine (the app turns on aiohttp's handler
 cancellation): every backend request in flight is closed, which aborts it in vLLM, and every
@@ -22,17 +23,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from generator.proxy.body import HeldBody, RequestFacts, parse_body, public_request_id, read_body
+from generator.proxy.body import HeldBody, parse_body, public_request_id, read_body
 from generator.proxy.config import DecoderConfig
 from generator.proxy.context import Context
+from generator.proxy.decode import decode, drain_kv
 from generator.proxy.errors import ProxyError
+from generator.proxy.exchange import CONNECT_ERRORS, JSON_TYPE, Exchange, sendable
 from generator.proxy.lmcache_pd import (
     DECODER_DROPS,
     FirstToken,
@@ -47,60 +48,12 @@ from generator.proxy.notices import NoticeTimeout
 from generator.proxy.one_token import answer_alone_payload
 from generator.proxy.prompt import RequestView
 from generator.proxy.protocols import append_fields, decode_base, prefill_payload
-from generator.proxy.replies import read_answer, read_json
+from generator.proxy.replies import read_json
 from generator.proxy.routing import Backend, NoBackend
-from generator.proxy.sse import SSE_TYPE, NotAnObject, relay_json, relay_stream, send_events
+from generator.proxy.sse import send_events
 from generator.proxy.validation import check_context
 
 __all__ = ["Exchange", "handle_generate"]
-
-_JSON = "application/json"
-_CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
-_NO_FACTS = RequestFacts(stream=False, max_tokens=None)  # a tuple: one for every request
-_WHOLE_BYTES = 2**20
-_SLICE_BYTES = 256 * 1024
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One client request on its way through prefill and decode."""
-
-    request: web.Request
-    endpoint: str
-    chat: bool
-    request_id: str  # the client's X-Request-Id if it is a plain token, else ours
-    held: HeldBody
-    answers: HeldBody  # the backends' answers read whole: the same budget as bodies
-    # The request's id at the engines (X-Request-Id, and LMCache's req_id), always ours, so that
-    # two clients sending the same X-Request-Id never share an engine request or KV notices.
-    kv_id: str = ""
-    model: object = None  # the client's model field, for the drain request
-    drain: bytes = b""  # lmcache-pd: what makes the decoder read KV that nobody else will
-    alone: bytes = b""  # lmcache-pd: the request for the decoder alone (a full context)
-    facts: RequestFacts = _NO_FACTS
-    prefill: bytes = b""  # the prefill payload
-    decode: bytes = b""  # the decoder payload without the fields the prefill decides
-    forward: dict[str, str] = field(default_factory=dict)  # headers sent to the backends
-    headers: dict[str, str] = field(default_factory=dict)  # headers returned to the client
-    decoder_reached: bool = False  # the decoder answered: it has the request (and the KV)
-
-    def drop_payloads(self) -> None:
-        """The decoder has the request: the payloads' memory and budget are free again."""
-        self.prefill = self.decode = self.alone = b""
-        self.held.release()
-
-
-def sendable(payload: bytes) -> bytes | AsyncIterator[memoryview]:
-    """Small payloads whole; large ones in slices that wait for the socket, so that the
-    transport never holds a second copy of a many-MiB body."""
-    if len(payload) <= _WHOLE_BYTES:
-        return payload
-    return _slices(memoryview(payload))
-
-
-async def _slices(view: memoryview) -> AsyncIterator[memoryview]:
-    for start in range(0, len(view), _SLICE_BYTES):
-        yield view[start : start + _SLICE_BYTES]
 
 
 async def handle_generate(
@@ -141,7 +94,7 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     check_context(exchange.facts, decoder.max_model_len)
     exchange.forward = ctx.auth(exchange.request) | {
         "X-Request-Id": exchange.kv_id,
-        "Content-Type": _JSON,
+        "Content-Type": JSON_TYPE,
     }
     await _payloads(ctx, exchange, body, prefiller, decoder)
     del body
@@ -156,7 +109,7 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
         params = prefilled.get("kv_transfer_params")
         fields = {"kv_transfer_params": params} if params is not None else {}
         payload, exchange.decode = append_fields(exchange.decode, fields), b""
-        return await _decode(ctx, exchange, exchange.endpoint, payload, decoder, converter=None)
+        return await decode(ctx, exchange, exchange.endpoint, payload, decoder, converter=None)
     return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
 
 
@@ -230,7 +183,7 @@ async def _prefill(
     while True:
         try:
             return await _prefill_once(ctx, exchange, prefiller), prefiller
-        except _CONNECT_ERRORS as exc:
+        except CONNECT_ERRORS as exc:
             ctx.prefill.eject(prefiller)
             ctx.metrics.of(ctx.metrics.errors, "prefill_connect", prefiller.name).inc()
             ctx.log.warning("%s: %s", prefiller.name, exc)  # the address stays in the log
@@ -290,7 +243,7 @@ async def _decoder_alone(
     """lmcache-pd, a prompt that fills the context (one_token.py): the decoder's own one-token
     answer, and no KV moves."""
     exchange.headers["X-Xpyd-Decode"] = decoder.name
-    return await _decode(ctx, exchange, exchange.endpoint, exchange.alone, decoder, converter=None)
+    return await decode(ctx, exchange, exchange.endpoint, exchange.alone, decoder, converter=None)
 
 
 async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -> None:
@@ -327,12 +280,10 @@ async def _decode_after_first_token(
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
         fields = decoder_fields(first, facts, chat=exchange.chat, max_model_len=context)
         payload = append_fields(exchange.decode, fields)
-        return await _decode(
-            ctx, exchange, "/v1/completions", payload, decoder, converter=converter
-        )
+        return await decode(ctx, exchange, "/v1/completions", payload, decoder, converter=converter)
     except asyncio.CancelledError:
         if not exchange.decoder_reached:  # the client left between the KV push and its read
-            ctx.spawn(_drain(ctx, drain, decoder, exchange.forward))
+            ctx.spawn(drain_kv(ctx, drain, decoder, exchange.forward))
         raise
 
 
@@ -346,122 +297,10 @@ async def _answer_prefill_only(
     # The answer is complete, but the decoder must still read the KV it was sent: chunks never
     # read stay in its receive buffer, and once that is full no notice comes again.
     exchange.decoder_reached = True
-    await asyncio.shield(ctx.spawn(_drain(ctx, drain, decoder, exchange.forward)))
+    await asyncio.shield(ctx.spawn(drain_kv(ctx, drain, decoder, exchange.forward)))
     if exchange.facts.stream:
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)
         events = converter.opening() + converter.closing()
         return await send_events(exchange.request, exchange.headers, events)
     answer = merge_json(first, None, chat=exchange.chat, request_id=exchange.request_id)
     return web.json_response(answer, headers=exchange.headers)
-
-
-async def _drain(
-    ctx: Context, payload: bytes, decoder: Backend[DecoderConfig], forward: dict[str, str]
-) -> None:
-    try:
-        async with ctx.client.post(
-            decoder.config.url + "/v1/completions",
-            data=sendable(payload),
-            headers=forward,
-            timeout=ctx.decode_timeout,
-        ) as reply:
-            await read_answer(reply)
-            drained = reply.status == 200
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        drained = False
-    if not drained:  # that KV stays in the decoder's receive buffer: worth an alert
-        ctx.metrics.of(ctx.metrics.errors, "decode_drain", decoder.name).inc()
-
-
-async def _decode(
-    ctx: Context,
-    exchange: Exchange,
-    endpoint: str,
-    payload: bytes,
-    decoder: Backend[DecoderConfig],
-    *,
-    converter: StreamConverter | None,
-) -> web.StreamResponse:
-    decoder.outstanding += 1
-    ctx.metrics.of(ctx.metrics.backend_requests, "decode", decoder.name).inc()
-    started = time.perf_counter()
-    try:
-        async with ctx.client.post(
-            decoder.config.url + endpoint,
-            data=sendable(payload),
-            headers=exchange.forward,
-            timeout=ctx.decode_timeout,
-        ) as reply:
-            exchange.decoder_reached = True
-            if reply.status != 200 and exchange.drain:
-                # Refused after the KV was pushed (max_tokens past the context, say): nothing
-                # would read that KV, so the decoder is asked for one token that does.
-                ctx.spawn(_drain(ctx, exchange.drain, decoder, exchange.forward))
-            del payload
-            exchange.drop_payloads()
-            ctx.metrics.of(ctx.metrics.decode_ttft_seconds, decoder.name).observe(
-                time.perf_counter() - started
-            )
-            return await _relay(ctx, exchange, reply, decoder, converter)
-    except _CONNECT_ERRORS as exc:
-        ctx.decode.eject(decoder)
-        ctx.metrics.of(ctx.metrics.errors, "decode_connect", decoder.name).inc()
-        ctx.log.warning("%s: %s", decoder.name, exc)
-        raise ProxyError(502, "decode_unreachable", f"{decoder.name} unreachable") from exc
-    except TimeoutError as exc:
-        ctx.metrics.of(ctx.metrics.errors, "decode_timeout", decoder.name).inc()
-        raise ProxyError(504, "decode_timeout", f"{decoder.name} did not finish in time") from exc
-    except aiohttp.ClientPayloadError as exc:
-        raise ProxyError(502, "decode_failed", f"{decoder.name} broke its answer") from exc
-    finally:
-        decoder.outstanding -= 1
-
-
-async def _relay(
-    ctx: Context,
-    exchange: Exchange,
-    reply: aiohttp.ClientResponse,
-    decoder: Backend[DecoderConfig],
-    converter: StreamConverter | None,
-) -> web.StreamResponse:
-    role, name = "decode", decoder.name
-    if reply.status == 200 and exchange.facts.stream and reply.content_type == SSE_TYPE:
-        return await relay_stream(
-            exchange.request,
-            exchange.headers,
-            reply,
-            decoder=name,
-            converter=converter,
-            metrics=ctx.metrics,
-            idle_s=ctx.config.timeouts.backend_idle_s,
-        )
-    if reply.status == 200 and exchange.facts.stream:
-        raise ProxyError(
-            502, "decode_failed", f"{name} answered a stream with {reply.content_type}"
-        )
-    if reply.status == 200 and converter is None and reply.content_type == _JSON:
-        try:  # the proxy adds nothing: passed on as it arrives, whatever its size
-            return await relay_json(
-                exchange.request,
-                exchange.headers,
-                reply,
-                decoder=name,
-                metrics=ctx.metrics,
-                idle_s=ctx.config.timeouts.backend_idle_s,
-            )
-        except NotAnObject as exc:
-            raise ProxyError(502, "decode_failed", f"{name} {exc}") from exc
-    raw, answer = await read_json(
-        reply, role=role, backend=name, redact=ctx.redact, held=exchange.answers
-    )
-    if converter is None:  # a 200 JSON answer labelled otherwise: checked whole, as before
-        if not isinstance(answer, dict):
-            raise ProxyError(502, "decode_failed", f"{name} answered a non-object")
-        return web.Response(body=raw, content_type=_JSON, headers=exchange.headers)
-    try:
-        merged = merge_json(
-            converter.first, answer, chat=exchange.chat, request_id=exchange.request_id
-        )
-    except ValueError as exc:
-        raise ProxyError(502, "decode_failed", f"{name}: {exc}") from exc
-    return web.json_response(merged, headers=exchange.headers)

@@ -1,0 +1,62 @@
+"""One client request on its way through the proxy, and how payloads are sent: shared by
+the request flow (flow.py) and the decode step (decode.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from generator.proxy.body import HeldBody, RequestFacts
+
+__all__ = ["CONNECT_ERRORS", "JSON_TYPE", "Exchange", "sendable"]
+
+JSON_TYPE = "application/json"
+CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
+_NO_FACTS = RequestFacts(stream=False, max_tokens=None)  # a tuple: one for every request
+_WHOLE_BYTES = 2**20
+_SLICE_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through prefill and decode."""
+
+    request: web.Request
+    endpoint: str
+    chat: bool
+    request_id: str  # the client's X-Request-Id if it is a plain token, else ours
+    held: HeldBody
+    answers: HeldBody  # the backends' answers read whole: the same budget as bodies
+    # The request's id at the engines (X-Request-Id, and LMCache's req_id), always ours, so that
+    # two clients sending the same X-Request-Id never share an engine request or KV notices.
+    kv_id: str = ""
+    model: object = None  # the client's model field, for the drain request
+    drain: bytes = b""  # lmcache-pd: what makes the decoder read KV that nobody else will
+    alone: bytes = b""  # lmcache-pd: the request for the decoder alone (a full context)
+    facts: RequestFacts = _NO_FACTS
+    prefill: bytes = b""  # the prefill payload
+    decode: bytes = b""  # the decoder payload without the fields the prefill decides
+    forward: dict[str, str] = field(default_factory=dict)  # headers sent to the backends
+    headers: dict[str, str] = field(default_factory=dict)  # headers returned to the client
+    decoder_reached: bool = False  # the decoder answered: it has the request (and the KV)
+
+    def drop_payloads(self) -> None:
+        """The decoder has the request: the payloads' memory and budget are free again."""
+        self.prefill = self.decode = self.alone = b""
+        self.held.release()
+
+
+def sendable(payload: bytes) -> bytes | AsyncIterator[memoryview]:
+    """Small payloads whole; large ones in slices that wait for the socket, so that the
+    transport never holds a second copy of a many-MiB body."""
+    if len(payload) <= _WHOLE_BYTES:
+        return payload
+    return _slices(memoryview(payload))
+
+
+async def _slices(view: memoryview) -> AsyncIterator[memoryview]:
+    for start in range(0, len(view), _SLICE_BYTES):
+        yield view[start : start + _SLICE_BYTES]
