@@ -125,10 +125,8 @@ async def _tokenize(
 ) -> int | None:
     """The engine's own count (vLLM's /tokenize, the chat template applied for a chat); None
     when the engine cannot say: the request then takes the P/D path, which refuses it there."""
-    keys = ("model", "messages", *_CHAT_TOKENIZE_FIELDS) if chat else ("model", "prompt")
-    fields = {key: body[key] for key in keys if key in body}
-    if not chat and "add_special_tokens" in body:
-        fields["add_special_tokens"] = body["add_special_tokens"]
+    keys = ("messages", *_CHAT_TOKENIZE_FIELDS) if chat else ("prompt", "add_special_tokens")
+    fields = {key: body[key] for key in ("model", *keys) if key in body}
     try:
         async with ctx.client.post(
             prefiller.config.url + "/tokenize",

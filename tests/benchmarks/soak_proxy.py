@@ -86,14 +86,18 @@ async def poll_health(client: aiohttp.ClientSession, tally: Tally) -> None:
         await asyncio.sleep(0.2)
 
 
+async def post_completion(client: aiohttp.ClientSession, body: bytes) -> tuple[int, bytes]:
+    async with client.post(
+        f"{BASE}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    ) as reply:
+        return reply.status, await reply.read()
+
+
 async def one_stream(client: aiohttp.ClientSession, body: bytes, tally: Tally) -> None:
     try:
-        async with client.post(
-            f"{BASE}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-        ) as reply:
-            raw = await reply.read()
-        if reply.status != 200:
-            tally.streams[f"status {reply.status}"] += 1
+        status, raw = await post_completion(client, body)
+        if status != 200:
+            tally.streams[f"status {status}"] += 1
         elif b'"error"' in raw or not raw.endswith(b"data: [DONE]\n\n"):
             tally.streams["broken stream"] += 1
         else:
@@ -158,12 +162,9 @@ async def one_large_answer(
     client: aiohttp.ClientSession, body: bytes, expected_mb: int, tally: Tally
 ) -> None:
     try:
-        async with client.post(
-            f"{BASE}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-        ) as reply:
-            raw = await reply.read()
-        if reply.status != 200:
-            tally.answers[f"status {reply.status}"] += 1
+        status, raw = await post_completion(client, body)
+        if status != 200:
+            tally.answers[f"status {status}"] += 1
         elif len(json.loads(raw)["choices"][0]["text"]) < expected_mb * 10**6 * 0.99:
             tally.answers["short answer"] += 1
         else:
