@@ -48,6 +48,7 @@ def make_plan(spec: Spec) -> Plan:
         profile=spec.profile,
         runtime=spec.runtime,
         process=spec.process if processes else None,
+        recovery=spec.recovery,
         network=network,
         rdma=_rdma(spec, slots),
         ucx=resolve_ucx(spec),

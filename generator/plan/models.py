@@ -20,7 +20,15 @@ from generator.plan.parts import (
     SidecarPlan,
     TopologyPlan,
 )
-from generator.spec import DockerAccess, GpuAccess, ImagesSpec, ProcessSpec, Profile, Runtime
+from generator.spec import (
+    DockerAccess,
+    GpuAccess,
+    ImagesSpec,
+    ProcessSpec,
+    Profile,
+    RecoverySpec,
+    Runtime,
+)
 
 __all__ = [
     "EnginePlan",
@@ -133,6 +141,7 @@ class Plan(Frozen):
     # plans read as before.
     runtime: Runtime = Field(Runtime.COMPOSE, exclude_if=lambda value: value is Runtime.COMPOSE)
     process: ProcessSpec | None = Field(None, exclude_if=lambda value: value is None)
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     network: Network
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)
     ucx: UcxPlan

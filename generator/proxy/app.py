@@ -183,4 +183,9 @@ class Proxy:
             await asyncio.sleep(self.config.timeouts.health_interval_s)
 
     async def check_health(self) -> None:
-        await check_pools(self.ctx.client, [self.prefill, self.decode])
+        await check_pools(
+            self.ctx.client,
+            [self.prefill, self.decode],
+            timeout_s=self.config.timeouts.health_timeout_s,
+            failures_to_eject=self.config.recovery.health_failures,
+        )

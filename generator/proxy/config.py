@@ -31,6 +31,7 @@ __all__ = [
     "PolicyChoice",
     "PolicyConfig",
     "ProxyConfig",
+    "RecoveryConfig",
     "TimeoutsConfig",
     "describe",
     "load_config",
@@ -123,7 +124,19 @@ class TimeoutsConfig(_Strict):
     client_body_idle_s: float = Field(30.0, gt=0)
     client_body_s: float = Field(120.0, gt=0)
     health_interval_s: float = Field(5.0, gt=0)
+    health_timeout_s: float = Field(3.0, gt=0)
     eject_s: float = Field(10.0, gt=0)  # how long a backend that refused a connection sits out
+
+
+class RecoveryConfig(_Strict):
+    """What the proxy does about a backend that dies (the spec's recovery section)."""
+
+    # Failed health checks in a row before a backend leaves rotation; then every request still
+    # waiting on it is given up (and migrated if its answer has not started).
+    health_failures: int = Field(1, ge=1)
+    # Pairs a request may try: one that fails before the client got a byte of its answer is
+    # sent again through another prefiller/decoder (completions are idempotent). 1: never.
+    attempts: int = Field(1, ge=1, le=8)
 
 
 class LimitsConfig(_Strict):
@@ -152,6 +165,7 @@ class ProxyConfig(_Strict):
     notify: NotifyConfig | None = None
     api_key_env: str | None = None  # name of an env var holding the backends' API key
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     access_log: bool = False  # one line per request on stderr (costs ~10% of throughput)
 

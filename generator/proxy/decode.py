@@ -4,6 +4,7 @@ makes a decoder read KV nobody else will (lmcache-pd)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -13,10 +14,11 @@ from generator.proxy.config import DecoderConfig
 from generator.proxy.context import Context
 from generator.proxy.errors import ProxyError
 from generator.proxy.exchange import CONNECT_ERRORS, JSON_TYPE, Exchange, sendable
+from generator.proxy.failover import is_lost, lost_error, waiting_on
 from generator.proxy.lmcache_pd import StreamConverter, merge_json
 from generator.proxy.replies import read_answer, read_json
 from generator.proxy.routing import Backend
-from generator.proxy.sse import SSE_TYPE, NotAnObject, relay_json, relay_stream
+from generator.proxy.sse import SSE_TYPE, BrokeOff, NotAnObject, relay_json, relay_stream
 
 __all__ = ["decode", "drain_kv"]
 
@@ -50,6 +52,33 @@ async def decode(
 ) -> web.StreamResponse:
     decoder.outstanding += 1
     ctx.metrics.of(ctx.metrics.backend_requests, "decode", decoder.name).inc()
+    try:
+        with waiting_on(decoder):
+            return await _post_decode(
+                ctx, exchange, endpoint, payload, decoder, converter=converter
+            )
+    except asyncio.CancelledError as exc:
+        if not is_lost(exc):
+            raise
+        ctx.metrics.of(ctx.metrics.errors, "decode_lost", decoder.name).inc()
+        if exchange.started:  # the answer began: cut it (an answer cannot be replaced now)
+            if exchange.request.transport is not None:
+                exchange.request.transport.abort()
+            raise
+        raise lost_error("decode", decoder.name) from None
+    finally:
+        decoder.outstanding -= 1
+
+
+async def _post_decode(
+    ctx: Context,
+    exchange: Exchange,
+    endpoint: str,
+    payload: bytes,
+    decoder: Backend[DecoderConfig],
+    *,
+    converter: StreamConverter | None,
+) -> web.StreamResponse:
     started = time.perf_counter()
     try:
         async with ctx.client.post(
@@ -77,10 +106,8 @@ async def decode(
     except TimeoutError as exc:
         ctx.metrics.of(ctx.metrics.errors, "decode_timeout", decoder.name).inc()
         raise ProxyError(504, "decode_timeout", f"{decoder.name} did not finish in time") from exc
-    except aiohttp.ClientPayloadError as exc:
+    except (aiohttp.ClientPayloadError, BrokeOff) as exc:
         raise ProxyError(502, "decode_failed", f"{decoder.name} broke its answer") from exc
-    finally:
-        decoder.outstanding -= 1
 
 
 async def _relay(
@@ -100,6 +127,7 @@ async def _relay(
             converter=converter,
             metrics=ctx.metrics,
             idle_s=ctx.config.timeouts.backend_idle_s,
+            on_start=exchange.answer_starts,
         )
     if reply.status == 200 and exchange.facts.stream:
         raise ProxyError(
@@ -114,6 +142,7 @@ async def _relay(
                 decoder=name,
                 metrics=ctx.metrics,
                 idle_s=ctx.config.timeouts.backend_idle_s,
+                on_start=exchange.answer_starts,
             )
         except NotAnObject as exc:
             raise ProxyError(502, "decode_failed", f"{name} {exc}") from exc

@@ -42,11 +42,32 @@ class Exchange:
     forward: dict[str, str] = field(default_factory=dict)  # headers sent to the backends
     headers: dict[str, str] = field(default_factory=dict)  # headers returned to the client
     decoder_reached: bool = False  # the decoder answered: it has the request (and the KV)
+    # The client's body, kept (and held in the budget) until the answer starts while another
+    # attempt may need it (failover.py); empty once no attempt can.
+    raw: bytes | bytearray = b""
+    attempt: int = 0  # 0: the first pair tried
+    started: bool = False  # the client has the first bytes of its answer: no other attempt
 
     def drop_payloads(self) -> None:
-        """The decoder has the request: the payloads' memory and budget are free again."""
+        """The decoder has the request: the payloads' memory (and, unless another attempt may
+        need the body, its budget) are free again."""
         self.prefill = self.decode = self.alone = b""
+        if not self.raw:
+            self.held.release()
+
+    def answer_starts(self) -> None:
+        self.started = True
+        self.raw = b""
         self.held.release()
+
+    def next_attempt(self, kv_id: str) -> None:
+        """Everything an attempt set, back to the start; the engines see a new request id."""
+        self.attempt += 1
+        self.kv_id, self.forward["X-Request-Id"] = kv_id, kv_id
+        self.drain = self.alone = self.prefill = self.decode = b""
+        self.decoder_reached = False
+        self.headers.pop("X-Xpyd-Prefill", None)
+        self.headers.pop("X-Xpyd-Decode", None)
 
 
 def sendable(payload: bytes) -> bytes | AsyncIterator[memoryview]:

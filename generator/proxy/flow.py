@@ -34,6 +34,7 @@ from generator.proxy.context import Context
 from generator.proxy.decode import decode, drain_kv
 from generator.proxy.errors import ProxyError
 from generator.proxy.exchange import CONNECT_ERRORS, JSON_TYPE, Exchange, sendable
+from generator.proxy.failover import is_lost, lost_error, migratable, waiting_on
 from generator.proxy.lmcache_pd import (
     DECODER_DROPS,
     FirstToken,
@@ -88,9 +89,43 @@ async def handle_generate(
 
 
 async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
-    body = await _parse(ctx, exchange)
+    """Attempts, each through its own pair, while one fails before the answer starts."""
+    limits, timeouts = ctx.config.limits, ctx.config.timeouts
+    exchange.raw = await read_body(exchange.request, limits, timeouts, exchange.held)
+    failed: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+    last: ProxyError | None = None
+    while True:
+        try:
+            return await _attempt(ctx, exchange, failed)
+        except ProxyError as error:
+            if error.kind == "no_backend" and last is not None:
+                raise last from error  # every pair left was tried: say how the last one failed
+            if exchange.started or not exchange.raw or not migratable(error):
+                raise
+            last = error
+            side = error.kind.split("_", 1)[0]
+            failed[side].add(exchange.headers.get(_PAIR_HEADERS[side], ""))
+            ctx.metrics.of(ctx.metrics.migrations, side, error.kind).inc()
+            ctx.log.warning("request %s: %s; trying another pair", exchange.request_id, error)
+            if ctx.notices is not None:
+                ctx.notices.forget(exchange.kv_id)
+            exchange.next_attempt(uuid.uuid4().hex)
+
+
+_PAIR_HEADERS = {"prefill": "X-Xpyd-Prefill", "decode": "X-Xpyd-Decode"}
+
+
+async def _attempt(
+    ctx: Context, exchange: Exchange, failed: dict[str, set[str]]
+) -> web.StreamResponse:
+    lmcache = ctx.config.protocol == "lmcache-pd"
+    body, exchange.facts = parse_body(exchange.raw, chat=exchange.chat, pd_first_token=lmcache)
+    if exchange.attempt + 1 >= ctx.config.recovery.attempts:
+        exchange.raw = b""  # no attempt after this one needs it
     view = RequestView.of(body, chat=exchange.chat)
-    prefiller, decoder = _choose(ctx, exchange.request, view)
+    prefiller, decoder = _choose(ctx, exchange.request, view, failed)
+    # Named before the prefill, so that a failure says which pair it was.
+    exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
     check_context(exchange.facts, decoder.max_model_len)
     exchange.forward = ctx.auth(exchange.request) | {
         "X-Request-Id": exchange.kv_id,
@@ -100,25 +135,18 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
     del body
     view.release()  # the parsed request is gone once its payloads are serialized
     if exchange.alone:
+        del exchange.headers["X-Xpyd-Prefill"]
         return await _decoder_alone(ctx, exchange, decoder)
     prefilled, prefiller = await _prefill(ctx, exchange, prefiller, view)
     exchange.prefill = b""
     exchange.answers.release()  # parsed already: its bytes are gone
-    exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
+    exchange.headers["X-Xpyd-Prefill"] = prefiller.name  # the retry's, if it was retried
     if ctx.config.protocol == "nixl":
         params = prefilled.get("kv_transfer_params")
         fields = {"kv_transfer_params": params} if params is not None else {}
         payload, exchange.decode = append_fields(exchange.decode, fields), b""
         return await decode(ctx, exchange, exchange.endpoint, payload, decoder, converter=None)
     return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
-
-
-async def _parse(ctx: Context, exchange: Exchange) -> dict[str, Any]:
-    limits, timeouts = ctx.config.limits, ctx.config.timeouts
-    raw = await read_body(exchange.request, limits, timeouts, exchange.held)
-    lmcache = ctx.config.protocol == "lmcache-pd"
-    body, exchange.facts = parse_body(raw, chat=exchange.chat, pd_first_token=lmcache)
-    return body
 
 
 async def _payloads(
@@ -161,14 +189,18 @@ def _serialize(
 
 
 def _choose(
-    ctx: Context, request: web.Request, view: RequestView
+    ctx: Context, request: web.Request, view: RequestView, failed: dict[str, set[str]]
 ) -> tuple[Backend[Any], Backend[DecoderConfig]]:
     header = ctx.config.session_header
     session = ctx.sessions.key(request.headers.get(header)) if header else None
     sticky = ctx.sessions.get(session) if session else None
     try:
-        prefiller = ctx.prefill.pick(view, prefer=sticky[0] if sticky else None)
-        decoder = ctx.decode.pick(view, prefer=sticky[1] if sticky else None)
+        prefiller = ctx.prefill.pick(
+            view, exclude=frozenset(failed["prefill"]), prefer=sticky[0] if sticky else None
+        )
+        decoder = ctx.decode.pick(
+            view, exclude=frozenset(failed["decode"]), prefer=sticky[1] if sticky else None
+        )
     except NoBackend as exc:
         raise ProxyError(503, "no_backend", "no healthy prefiller or decoder") from exc
     if session:
@@ -195,6 +227,7 @@ async def _prefill(
                 prefiller = ctx.prefill.pick(view, exclude=frozenset(tried))
             except NoBackend:
                 raise unreachable from exc
+            exchange.headers["X-Xpyd-Prefill"] = prefiller.name
 
 
 async def _prefill_once(
@@ -205,6 +238,25 @@ async def _prefill_once(
     prefiller.outstanding += 1
     ctx.metrics.of(ctx.metrics.backend_requests, "prefill", prefiller.name).inc()
     started = time.perf_counter()
+    try:
+        with waiting_on(prefiller):
+            answer = await _post_prefill(ctx, exchange, prefiller)
+    except asyncio.CancelledError as exc:
+        if not is_lost(exc):
+            raise
+        ctx.metrics.of(ctx.metrics.errors, "prefill_lost", prefiller.name).inc()
+        raise lost_error("prefill", prefiller.name) from None
+    finally:
+        prefiller.outstanding -= 1
+    ctx.metrics.of(ctx.metrics.prefill_seconds, prefiller.name).observe(
+        time.perf_counter() - started
+    )
+    if not isinstance(answer, dict):
+        raise ProxyError(502, "prefill_failed", f"{prefiller.name} answered a non-object")
+    return answer
+
+
+async def _post_prefill(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -> object:
     try:
         async with ctx.client.post(
             prefiller.config.url + exchange.endpoint,
@@ -227,13 +279,6 @@ async def _prefill_once(
         raise ProxyError(504, "prefill_timeout", f"{prefiller.name} took too long") from exc
     except aiohttp.ClientPayloadError as exc:
         raise ProxyError(502, "prefill_failed", f"{prefiller.name} broke its answer") from exc
-    finally:
-        prefiller.outstanding -= 1
-    ctx.metrics.of(ctx.metrics.prefill_seconds, prefiller.name).observe(
-        time.perf_counter() - started
-    )
-    if not isinstance(answer, dict):
-        raise ProxyError(502, "prefill_failed", f"{prefiller.name} answered a non-object")
     return answer
 
 
@@ -250,7 +295,12 @@ async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -
     assert ctx.notices is not None
     started = time.perf_counter()
     try:
-        await ctx.notices.wait(exchange.kv_id, ctx.config.timeouts.kv_notice_s)
+        with waiting_on(prefiller):  # a prefiller lost while it pushes sends no notice
+            await ctx.notices.wait(exchange.kv_id, ctx.config.timeouts.kv_notice_s)
+    except asyncio.CancelledError as exc:
+        if not is_lost(exc):
+            raise
+        raise lost_error("prefill", prefiller.name) from None
     except NoticeTimeout as exc:
         ctx.metrics.of(ctx.metrics.errors, "kv_notice_timeout", prefiller.name).inc()
         raise ProxyError(504, "kv_transfer_timeout", f"{prefiller.name}: {exc}") from exc

@@ -1,4 +1,5 @@
-"""Active health checks: every backend's /health, concurrently; results feed the pools."""
+"""Active health checks: every backend's /health, concurrently; results feed the pools, and
+a backend they take out of rotation is lost: the requests waiting on it are given up."""
 
 from __future__ import annotations
 
@@ -9,39 +10,59 @@ from typing import Any
 import aiohttp
 
 from generator.proxy import fastjson
+from generator.proxy.failover import give_up_on
 from generator.proxy.replies import read_answer
 from generator.proxy.routing import Backend, Pool
 
 __all__ = ["check_pools"]
 
 log = logging.getLogger("xpyd.proxy.health")
-_TIMEOUT = aiohttp.ClientTimeout(total=3)
+_CARD_TIMEOUT = aiohttp.ClientTimeout(total=3)
 
 
-async def check_pools(client: aiohttp.ClientSession, pools: list[Pool[Any]]) -> None:
+async def check_pools(
+    client: aiohttp.ClientSession,
+    pools: list[Pool[Any]],
+    *,
+    timeout_s: float = 3.0,
+    failures_to_eject: int = 1,
+) -> None:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
     await asyncio.gather(
-        *(_check(client, pool, backend) for pool in pools for backend in pool.backends)
+        *(
+            _check(client, pool, backend, timeout, failures_to_eject)
+            for pool in pools
+            for backend in pool.backends
+        )
     )
 
 
-async def _check(client: aiohttp.ClientSession, pool: Pool[Any], backend: Backend[Any]) -> None:
+async def _check(
+    client: aiohttp.ClientSession,
+    pool: Pool[Any],
+    backend: Backend[Any],
+    timeout: aiohttp.ClientTimeout,
+    failures_to_eject: int,
+) -> None:
     # /health only: an lmcache-pd prefiller crashes on a request without disagg_spec.
     try:
-        async with client.get(f"{backend.config.url}/health", timeout=_TIMEOUT) as reply:
+        async with client.get(f"{backend.config.url}/health", timeout=timeout) as reply:
             ok = reply.status == 200
     except (aiohttp.ClientError, TimeoutError):
         ok = False
-    if ok != backend.healthy:
-        log.warning("%s is %s", backend.name, "back in rotation" if ok else "out of rotation")
+    if ok and not backend.healthy:
+        log.warning("%s is back in rotation", backend.name)
     if ok and backend.max_model_len is None:
         backend.max_model_len = await _max_model_len(client, backend)
-    pool.health(backend, ok)
+    if pool.health(backend, ok, failures_to_eject=failures_to_eject):
+        given_up = give_up_on(backend)
+        log.warning("%s is out of rotation; %d requests on it given up", backend.name, given_up)
 
 
 async def _max_model_len(client: aiohttp.ClientSession, backend: Backend[Any]) -> int | None:
     """vLLM's model card says it ({"data": [{"max_model_len": 2048}]}); None if it does not."""
     try:
-        async with client.get(f"{backend.config.url}/v1/models", timeout=_TIMEOUT) as reply:
+        async with client.get(f"{backend.config.url}/v1/models", timeout=_CARD_TIMEOUT) as reply:
             if reply.status != 200:
                 return None
             models = fastjson.loads(await read_answer(reply))

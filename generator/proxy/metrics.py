@@ -25,6 +25,12 @@ class ProxyMetrics:
         self.errors = Counter(
             "xpyd_proxy_errors", "Failed requests by stage", ["stage", "backend"], registry=r
         )
+        self.migrations = Counter(
+            "xpyd_proxy_migrations",
+            "Requests sent again through another pair after a failure before their answer began",
+            ["side", "reason"],
+            registry=r,
+        )
         self.backend_requests = Counter(
             "xpyd_proxy_backend_requests",
             "Requests sent to a backend",

@@ -3,12 +3,15 @@
 - A policy per side (policies.py), asked with a view of the parsed request.
 - Session stickiness: the same session header value gets the same pair while both stay
   healthy; sessions live in a bounded LRU (the seed's map grew forever).
-- Ejection: a backend that refuses connections or fails its health check sits out until a
-  health check passes again; a passive ejection also expires after ``eject_s``.
+- Ejection: a backend that refuses connections, or fails ``health_failures`` health checks in
+  a row, sits out until a health check passes again; a passive ejection also expires after
+  ``eject_s``. A backend that fails its checks is also *lost*: the requests waiting on it are
+  given up (failover.py), so that none waits on a dead or stopped engine past that bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import OrderedDict
@@ -35,6 +38,9 @@ class Backend(Generic[C]):
     healthy: bool = True
     ejected_until: float = 0.0  # monotonic time; 0 = not ejected
     failures: int = 0
+    checks_failed: int = 0  # failed health checks in a row
+    # The request tasks waiting on this backend now (failover.py gives them up if it is lost).
+    waiting: set[asyncio.Task[object]] = field(default_factory=set)
     # vLLM's max_model_len from its /v1/models (None until read): the proxy checks token
     # counts against it before a prefill pushes KV that the decoder would then refuse.
     max_model_len: int | None = None
@@ -88,11 +94,18 @@ class Pool(Generic[C]):
         backend.failures += 1
         backend.ejected_until = self.clock() + self.eject_s
 
-    def health(self, backend: Backend[C], ok: bool) -> None:
-        backend.healthy = ok
+    def health(self, backend: Backend[C], ok: bool, *, failures_to_eject: int = 1) -> bool:
+        """A health check's result; True when it takes the backend out of rotation."""
         if ok:
+            backend.healthy, backend.checks_failed = True, 0
             backend.ejected_until = 0.0
             backend.failures = 0
+            return False
+        backend.checks_failed += 1
+        lost = backend.healthy and backend.checks_failed >= failures_to_eject
+        if lost:
+            backend.healthy = False
+        return lost
 
 
 _SHORT_KEY = 64

@@ -11,15 +11,17 @@ request is closed, which aborts it in vLLM, and the backend's counter is release
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
 
 from generator.proxy import fastjson
+from generator.proxy.failover import is_lost
 from generator.proxy.lmcache_pd import StreamConverter
 from generator.proxy.metrics import ProxyMetrics
 
-__all__ = ["SSE_TYPE", "NotAnObject", "relay_json", "relay_stream", "send_events"]
+__all__ = ["SSE_TYPE", "BrokeOff", "NotAnObject", "relay_json", "relay_stream", "send_events"]
 
 SSE_TYPE = "text/event-stream"
 _JSON_TYPE = "application/json"
@@ -27,6 +29,11 @@ _SSE_HEADERS = {"Content-Type": SSE_TYPE, "Cache-Control": "no-cache"}
 _LAST_WRITE_S = 5.0  # the closing events: a client that cannot take them in 5 s is stalled
 _SMALL_WRITE = 16 * 1024  # below aiohttp's 64 KiB high-water mark: never waits on its own
 _LEADING_SPACE_BYTES = 64 * 1024  # before a JSON answer's "{": more is not an answer
+_REASONS = {"stream_idle": "sent nothing for too long", "decode_lost": "failed its health checks"}
+
+
+def _nothing() -> None:
+    pass
 
 
 async def send_events(
@@ -48,16 +55,28 @@ async def relay_stream(
     converter: StreamConverter | None,
     metrics: ProxyMetrics,
     idle_s: float,
+    on_start: Callable[[], None] = _nothing,
 ) -> web.StreamResponse:
     """The decoder's stream to the client. A decoder that sends nothing for ``idle_s`` trips
     the reply's own read deadline (aiohttp's sock_read); a client that stops reading trips
-    ``idle_s`` on a write, and its connection is dropped."""
+    ``idle_s`` on a write, and its connection is dropped.
+
+    A plain stream starts once the decoder sent its first bytes: a decoder that fails before
+    them raises BrokeOff and the client has nothing yet (the request may go elsewhere). A
+    converted one (lmcache-pd) starts at once with the prefiller's first token."""
+    first = b"" if converter is not None else await _first_bytes(reply)
     out = web.StreamResponse(status=200, headers=headers | _SSE_HEADERS)
-    await out.prepare(request)
+    on_start()
     try:
-        if converter is not None:
-            await _write(request, out, converter.opening(), idle_s)
-        failure = await _copy(request, reply, out, converter, idle_s)
+        try:
+            await out.prepare(request)
+            opening = converter.opening() if converter is not None else first
+            await _write(request, out, opening, idle_s)
+            failure = await _copy(request, reply, out, converter, idle_s)
+        except asyncio.CancelledError as exc:
+            if not is_lost(exc):
+                raise
+            failure = "decode_lost"
         if failure is not None:
             metrics.of(metrics.errors, failure, decoder).inc()
         if closing := _closing(decoder, failure, converter):
@@ -74,6 +93,20 @@ async def relay_stream(
     return out
 
 
+class BrokeOff(Exception):
+    """The decoder's answer ended or broke before its first byte."""
+
+
+async def _first_bytes(reply: aiohttp.ClientResponse) -> bytes:
+    try:
+        chunk = await reply.content.readany()
+    except aiohttp.ClientPayloadError as exc:
+        raise BrokeOff("broke its answer before the first byte") from exc
+    if not chunk:
+        raise BrokeOff("ended its answer before the first byte")
+    return chunk
+
+
 class NotAnObject(Exception):
     """A 200 "JSON" answer that does not begin as a JSON object."""
 
@@ -86,6 +119,7 @@ async def relay_json(
     decoder: str,
     metrics: ProxyMetrics,
     idle_s: float,
+    on_start: Callable[[], None] = _nothing,
 ) -> web.StreamResponse:
     """A decoder's non-streamed 200 answer, passed on chunk by chunk. Only its start is checked
     (a JSON object: NotAnObject before anything is sent); a decoder that breaks off later gets
@@ -94,8 +128,9 @@ async def relay_json(
     out = web.StreamResponse(status=200, headers=headers | {"Content-Type": _JSON_TYPE})
     if reply.content_length is not None:
         out.content_length = reply.content_length
-    await out.prepare(request)
+    on_start()
     try:
+        await out.prepare(request)
         await _write(request, out, opening, idle_s)
         failure = await _copy(request, reply, out, None, idle_s)
         if failure is None:
@@ -178,6 +213,10 @@ async def _copy(
         return "decode_stream"
     except ValueError:  # the converter met something that is not a completion event
         return "decode_stream"
+    except asyncio.CancelledError as exc:
+        if not is_lost(exc):
+            raise
+        return "decode_lost"  # failed its health checks mid-answer (stopped, or gone)
     return None
 
 
@@ -192,6 +231,6 @@ def _closing(decoder: str, failure: str | None, converter: StreamConverter | Non
 def _error_event(decoder: str, failure: str | None) -> bytes:
     if failure is None:
         return b""
-    reason = "sent nothing for too long" if failure == "stream_idle" else "failed mid-stream"
+    reason = _REASONS.get(failure, "failed mid-stream")
     error = {"error": {"message": f"{decoder} {reason}", "type": "decode_failed", "code": 502}}
     return b"data: " + fastjson.dumps(error) + b"\n\n"

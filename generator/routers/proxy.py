@@ -20,6 +20,8 @@ from generator.proxy.config import (
     PolicyChoice,
     PolicyConfig,
     ProxyConfig,
+    RecoveryConfig,
+    TimeoutsConfig,
 )
 from generator.proxy.policies import POLICIES
 from generator.routers.base import ROUTER_LOCK, RouterImage, RouterSite, option_issues, policy_sides
@@ -111,6 +113,13 @@ def _config(plan: Plan) -> ProxyConfig:
         notify=NotifyConfig(bind_host=_notice_bind_host(router), port=router.notify_port)
         if router.notify_port
         else None,
+        timeouts=TimeoutsConfig(
+            health_interval_s=plan.recovery.health_interval_s,
+            health_timeout_s=plan.recovery.health_timeout_s,
+        ),
+        recovery=RecoveryConfig(
+            health_failures=plan.recovery.health_failures, attempts=plan.recovery.attempts
+        ),
     )
 
 

@@ -92,7 +92,7 @@ class VllmRouter:
                 args += ["--prefill", engine.url]
             for engine in plan.decode:
                 args += ["--decode", engine.url]
-        return [*args, *router.extra_args]
+        return [*args, *_health_flags(plan), *router.extra_args]
 
     def config_file(self, plan: Plan) -> ConfigFile | None:
         return None
@@ -106,6 +106,22 @@ class VllmRouter:
 
     def sticky_sessions(self, plan: Plan) -> bool:
         return False  # its sticky policies are not checked by the verdict
+
+
+def _health_flags(plan: Plan) -> list[str]:
+    """recovery.health_*: 0.1.17's defaults (every 60 s, 3 failures) kept a dead decoder in
+    rotation for over a minute. One good check re-admits an engine, as in our proxy."""
+    recovery = plan.recovery
+    return [
+        "--health-check-interval-secs",
+        str(recovery.health_interval_s),
+        "--health-check-timeout-secs",
+        str(recovery.health_timeout_s),
+        "--health-failure-threshold",
+        str(recovery.health_failures),
+        "--health-success-threshold",
+        "1",
+    ]
 
 
 def _policy_flags(policy: SidedPolicy) -> list[str]:

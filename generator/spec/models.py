@@ -73,6 +73,7 @@ __all__ = [
     "PortBases",
     "ProcessSpec",
     "Profile",
+    "RecoverySpec",
     "RouterKind",
     "RouterSpec",
     "Runtime",
@@ -159,6 +160,30 @@ class ProcessSpec(StrictModel):
         None, description="the router's Python (images/locks/router.txt); default: the env's"
     )
     isolation: Annotated[Isolation, Lax] = Isolation.PLAIN
+
+
+class RecoverySpec(StrictModel):
+    """How the stack survives a dead engine, LMCache server or router (every runtime reads
+    the restarts; both routers read the health checks; our proxy alone migrates requests)."""
+
+    max_restarts: int = Field(
+        5, ge=0, le=1000, description="per service, then it stays down and `status` says so"
+    )
+    # A service that exits 0 is restarted too: a server never exits on its own (vLLM's API
+    # server exits 0 when its engine core dies).
+    health_interval_s: int = Field(2, ge=1, le=600, description="routers check every engine")
+    health_timeout_s: int = Field(2, ge=1, le=600, description="one health check's limit")
+    health_failures: int = Field(
+        2, ge=1, le=100, description="failed checks in a row before an engine is ejected"
+    )
+    attempts: int = Field(
+        2, ge=1, le=8, description="our proxy: pairs a request may try before its answer starts"
+    )
+
+    @property
+    def ejection_bound_s(self) -> int:
+        """The longest a dead engine stays in rotation: its last check, then the failures."""
+        return self.health_failures * (self.health_interval_s + self.health_timeout_s)
 
 
 class ModelSpec(StrictModel):
@@ -412,6 +437,7 @@ class Spec(StrictModel):
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     hf: HFSpec = Field(default_factory=HFSpec)
     ports: PortBases = Field(default_factory=PortBases)
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
 
     @property
     def is_multi_host(self) -> bool:

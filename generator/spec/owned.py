@@ -75,6 +75,15 @@ ROUTER_FLAGS: Mapping[str, str] = {
             "max_tree_size",
         )
     },
+    **{
+        flag: "recovery.health_interval_s, health_timeout_s, health_failures"
+        for flag in (
+            "--health-check-interval-secs",
+            "--health-check-timeout-secs",
+            "--health-failure-threshold",
+            "--health-success-threshold",
+        )
+    },
     "--worker-urls": "the planner lists the engines (prefill / decode)",
     "--vllm-pd-disaggregation": "topology",
     "--prefill": "prefill.count and placement.prefill",

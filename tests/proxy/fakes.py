@@ -47,6 +47,7 @@ class FakeBackend:
     tokenized: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0  # requests whose connection the proxy closed before they ended
     in_flight: int = 0
+    healthy: bool = True  # False: /health answers 503 (an engine failing its checks)
     server: TestServer | None = None
 
     @property
@@ -69,7 +70,7 @@ class FakeBackend:
         return self
 
     async def health(self, _: web.Request) -> web.Response:
-        return web.json_response({})
+        return web.json_response({}, status=200 if self.healthy else 503)
 
     async def tokenize(self, request: web.Request) -> web.Response:
         if self.tokenize_count is None:

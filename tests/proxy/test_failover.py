@@ -1,0 +1,193 @@
+"""Issue 19: a request whose pair fails before its answer starts goes through another pair;
+one whose backend fails its health checks is given up within the bound (never left waiting
+on a stopped engine); an answer that already started ends with a clean error event.
+
+Stand-in backends (tests/proxy/fakes.py); the same faults on real engines are in
+tests/integration/test_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from generator.proxy.app import Proxy
+from tests.proxy.fakes import FakeBackend
+from tests.proxy.harness import ProxyServer, eventually, nixl_config, nothing_held, post, serve
+
+pytestmark = pytest.mark.anyio
+
+BODY = {"model": "m", "prompt": "x", "max_tokens": 5}
+FAST_CHECKS = {"health_interval_s": 0.1, "health_timeout_s": 0.5}
+
+
+def migrating(
+    prefill: list[FakeBackend], decode: list[FakeBackend], attempts: int = 2, **extra: Any
+) -> dict[str, Any]:
+    config = nixl_config(prefill, decode, **extra)
+    return config | {"recovery": {"attempts": attempts}, "timeouts": FAST_CHECKS}
+
+
+def migrations(proxy: Proxy, side: str, reason: str) -> float:
+    value = proxy.metrics.registry.get_sample_value(
+        "xpyd_proxy_migrations_total", {"side": side, "reason": reason}
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_decoder_that_answers_500_is_replaced_by_another(
+    backends: list[FakeBackend], stream: bool
+) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "html_500"
+    proxy, server = await serve(migrating([p0], [d0, d1]))
+    status, headers, raw = await post(server, "/v1/completions", BODY | {"stream": stream})
+    assert status == 200, raw
+    assert headers["X-Xpyd-Decode"] == "d1"
+    assert (b"data: " in raw) == stream
+    assert len(p0.seen) == 2  # prefilled again for the new decoder
+    assert migrations(proxy, "decode", "decode_failed") == 1
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def test_a_decoder_that_is_gone_is_replaced_by_another(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, d1 = backends
+    proxy, server = await serve(migrating([p0], [d0, d1]))
+    await d0.close()  # connections refused from now on; its health check has not seen it yet
+    status, headers, raw = await post(server, "/v1/completions", BODY)
+    assert status == 200, raw
+    assert headers["X-Xpyd-Decode"] == "d1"
+    assert migrations(proxy, "decode", "decode_unreachable") == 1
+    await server.close()
+
+
+async def test_one_attempt_means_no_migration(backends: list[FakeBackend]) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "html_500"
+    proxy, server = await serve(migrating([p0], [d0, d1], attempts=1))
+    status, _, raw = await post(server, "/v1/completions", BODY)
+    assert status == 502, raw
+    assert d1.seen == []
+    assert migrations(proxy, "decode", "decode_failed") == 0
+    await server.close()
+
+
+async def test_the_clients_own_error_is_never_sent_elsewhere(backends: list[FakeBackend]) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "json_400"
+    _, server = await serve(migrating([p0], [d0, d1]))
+    status, _, _ = await post(server, "/v1/completions", BODY)
+    assert status == 400
+    assert d1.seen == []
+    await server.close()
+
+
+async def test_attempts_are_bounded_when_every_decoder_fails(backends: list[FakeBackend]) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = d1.misbehave = "html_500"
+    proxy, server = await serve(migrating([p0], [d0, d1], attempts=3))
+    status, _, raw = await post(server, "/v1/completions", BODY)
+    # Two decoders, both failed: the third attempt finds none left that was not tried, and
+    # the client hears how the last one failed.
+    assert status == 502, raw
+    assert json.loads(raw)["error"]["type"] == "decode_failed"
+    assert migrations(proxy, "decode", "decode_failed") == 2
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def _hung_until_unhealthy(backend: FakeBackend, after_s: float) -> None:
+    await eventually(lambda: backend.in_flight == 1)
+    await asyncio.sleep(after_s)
+    backend.healthy = False  # as a SIGSTOPped engine: its /health stops answering 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_request_on_a_decoder_that_stops_is_migrated_within_the_bound(
+    backends: list[FakeBackend], stream: bool
+) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "hang"  # accepts the request, never answers
+    proxy, server = await serve(migrating([p0], [d0, d1]))
+    started = time.monotonic()
+    stopping = asyncio.create_task(_hung_until_unhealthy(d0, 0.2))
+    status, headers, raw = await post(server, "/v1/completions", BODY | {"stream": stream})
+    await stopping
+    assert status == 200, raw
+    assert headers["X-Xpyd-Decode"] == "d1"
+    # One failed check (interval 0.1 s) after it stopped, not the 600 s idle limit.
+    assert time.monotonic() - started < 3
+    assert migrations(proxy, "decode", "decode_lost") == 1
+    await eventually(lambda: d0.cancelled == 1)  # its request was closed
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def test_a_stream_that_started_ends_with_an_error_event_when_its_decoder_stops(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "stall"  # one event, then nothing
+    proxy, server = await serve(migrating([p0], [d0, d1]))
+    stopping = asyncio.create_task(_hung_until_unhealthy(d0, 0.2))
+    started = time.monotonic()
+    status, _, raw = await post(server, "/v1/completions", BODY | {"stream": True})
+    await stopping
+    assert status == 200
+    events = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert json.loads(events[0])["choices"][0]["text"] == "0"  # what the client already had
+    error = json.loads(events[1])["error"]
+    assert error["type"] == "decode_failed"
+    assert "health checks" in error["message"]
+    assert events[-1] == "[DONE]"
+    assert time.monotonic() - started < 3
+    assert d1.seen == []  # an answer that started is never sent again
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def test_a_prefill_on_a_prefiller_that_stops_goes_to_another(
+    backends: list[FakeBackend],
+) -> None:
+    p0, p1, d0, _ = backends
+    p0.misbehave = "hang"
+    proxy, server = await serve(migrating([p0, p1], [d0]))
+    stopping = asyncio.create_task(_hung_until_unhealthy(p0, 0.2))
+    status, headers, raw = await post(server, "/v1/completions", BODY)
+    await stopping
+    assert status == 200, raw
+    assert headers["X-Xpyd-Prefill"] == "p1"
+    assert migrations(proxy, "prefill", "prefill_lost") == 1
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def test_a_client_that_leaves_is_not_taken_for_a_lost_backend(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "hang"
+    proxy, server = await serve(migrating([p0], [d0, d1]))
+    timeout = aiohttp.ClientTimeout(total=0.3)
+    async with aiohttp.ClientSession(timeout=timeout) as client:
+        with pytest.raises(TimeoutError):
+            async with client.post(_url(server), json=BODY) as reply:
+                await reply.read()
+    await eventually(lambda: d0.cancelled == 1)
+    await asyncio.sleep(0.3)
+    assert d1.seen == []  # a cancelled client's request goes nowhere else
+    assert migrations(proxy, "decode", "decode_lost") == 0
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+def _url(server: ProxyServer) -> str:
+    return str(server.make_url("/v1/completions"))
