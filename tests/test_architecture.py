@@ -16,7 +16,10 @@ PACKAGE = ROOT / "generator"
 # Lowest first. A module belongs to the layer of the longest name that is it or a package
 # above it; every module not listed sits above them all (render, probes, workflow, cli...).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("generator.errors", "generator.limits", "generator.paths")),
+    (
+        "foundation",
+        ("generator.errors", "generator.limits", "generator.paths", "generator.supervise"),
+    ),
     # The proxy's own model, which routers fill, and the policy registry it names.
     (
         "proxy config",

@@ -19,6 +19,8 @@ from generator.routers import router_of
 from generator.routers.base import ROUTER_LOCK
 from generator.services.parts import CPU_NIXL_PTHR_DELAY_US, NIXL_PTHR_DELAY_ENV
 from generator.spec import Profile
+from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
+from generator.supervise import SOURCE as SUPERVISOR
 from generator.topologies import topology_of
 from generator.versions import PackagePins, load_versions
 
@@ -140,8 +142,11 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "cpu_features": CPU_FEATURES,
         "fix_script": FIX_CPU_VENV,
         "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
+        "supervisor": [SUPERVISOR, SUPERVISOR_IN_IMAGE],
     }
-    inputs = [lock, _CHECK_SCRIPT, KV_PROBE] + ([CPU_FEATURES, FIX_CPU_VENV] if cpu else [])
+    inputs = [lock, _CHECK_SCRIPT, KV_PROBE, SUPERVISOR] + (
+        [CPU_FEATURES, FIX_CPU_VENV] if cpu else []
+    )
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     return _BaseStages(template, context, inputs, base_image)
 
@@ -195,6 +200,7 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         versions=_pins(plan),
         pip=plan.images.pip,
         lock=image.lock,
+        supervisor=[SUPERVISOR, SUPERVISOR_IN_IMAGE],
     )
     # Sources copied in are part of what the tag stands for.
     sources = sorted(
@@ -202,5 +208,5 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         for folder in image.copied_sources
         for path in (workspace.root / folder).rglob("*.py")
     )
-    tag = _tag(plan, workspace, "router", text, [image.lock, *sources])
+    tag = _tag(plan, workspace, "router", text, [image.lock, SUPERVISOR, *sources])
     return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)

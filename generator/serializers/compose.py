@@ -27,6 +27,7 @@ from generator.services.model import (
     Volume,
 )
 from generator.spec import GpuAccess
+from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 
 __all__ = [
     "ComposeProject",
@@ -135,7 +136,15 @@ def _image(service: Service, root: PurePosixPath) -> dict[str, Any]:
         fields["profiles"] = [service.name]  # `up` leaves it out; `compose run` starts it
     if service.hostname is not None:
         fields["hostname"] = service.hostname
-    return fields | {"command": list(service.command)}
+    return fields | {"command": _command(service)}
+
+
+def _command(service: Service) -> list[str]:
+    """A restarted service runs under the supervisor, which reports an exit nobody asked for
+    as a failure: Docker's bounded policy (on-failure:N) restarts only those."""
+    if not service.max_restarts:
+        return list(service.command)
+    return ["python3", SUPERVISOR_IN_IMAGE, service.name, "--", *service.command]
 
 
 def _runtime(service: Service) -> dict[str, Any]:
@@ -242,7 +251,8 @@ def _lifecycle(service: Service) -> dict[str, Any]:
         fields["depends_on"] = {
             d.service: {"condition": f"service_{d.condition}"} for d in service.depends_on
         }
-    fields |= {"init": service.init, "restart": service.restart}
+    restart = f"on-failure:{service.max_restarts}" if service.max_restarts else "no"
+    fields |= {"init": service.init, "restart": restart}
     fields |= {"stop_grace_period": f"{service.stop_grace_s}s", "labels": service.labels}
     log = service.logging
     options = {"max-size": f"{log.max_size_mib}m", "max-file": str(log.max_files)}

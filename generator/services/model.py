@@ -181,7 +181,9 @@ class Service:
     secrets: tuple[str, ...] = ()  # ``Secret.name`` of the host
     labels: dict[str, str] = field(default_factory=dict)
     init: bool = True
-    restart: Literal["no"] = "no"
+    # Restarts after any exit nobody asked for, this many times (recovery.max_restarts); 0:
+    # never. How is the runtime's: compose wraps the command (generator/supervise.py).
+    max_restarts: int = 0
     stop_grace_s: int = 30
     logging: LogPolicy = LogPolicy()
 

@@ -97,7 +97,12 @@ def engine_service(
     start = _START_PERIOD_S[plan.profile]
     health = _health(engine.http_port, "/health", start, topology.engine_listening(engine))
     sidecars = [s.service for s in plan.sidecars if s.engine == engine.name]
-    return replace(service, health=health, depends_on=_healthy(sidecars))
+    return replace(
+        service,
+        health=health,
+        depends_on=_healthy(sidecars),
+        max_restarts=plan.recovery.max_restarts,
+    )
 
 
 def lmcache_service(
@@ -111,7 +116,7 @@ def lmcache_service(
     service = _computing(plan, service, devices=engine.gpus, cpus=(), rdma=False)
     env = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
     health = _health(sidecar.health_port, sidecar.health_path, 120)
-    return replace(service, env=env, health=health)
+    return replace(service, env=env, health=health, max_restarts=plan.recovery.max_restarts)
 
 
 def router_service(plan: Plan, image: ImageRef, config: ConfigFile | None) -> Service:
@@ -127,6 +132,7 @@ def router_service(plan: Plan, image: ImageRef, config: ConfigFile | None) -> Se
         configs=(config,) if config is not None else (),
         depends_on=_healthy(local),
         health=_health(router.port, "/health", 120),
+        max_restarts=plan.recovery.max_restarts,
     )
 
 

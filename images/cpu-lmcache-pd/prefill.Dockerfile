@@ -97,6 +97,8 @@ FROM engine-base AS prefill
 LABEL org.opencontainers.image.title="xpyd prefill" \
       org.xpyd.role="prefill"
 ENV XPYD_ROLE=prefill
+# Restarted services run under it (generator/supervise.py: an exit nobody asked for fails).
+COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
 
 # === BEGIN LMCache CPU KV connector ===
 # The cpu profile's stand-in for LMCache's GPU connectors: LMCache 0.5.6 has no KV connector for

@@ -32,6 +32,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /opt/venv /opt/venv
 COPY generator /opt/xpyd/generator
+# Restarted services run under it (generator/supervise.py: an exit nobody asked for fails).
+COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/opt/xpyd \
     PYTHONUNBUFFERED=1

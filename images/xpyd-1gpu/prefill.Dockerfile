@@ -61,4 +61,6 @@ FROM engine-base AS prefill
 LABEL org.opencontainers.image.title="xpyd prefill" \
       org.xpyd.role="prefill"
 ENV XPYD_ROLE=prefill
+# Restarted services run under it (generator/supervise.py: an exit nobody asked for fails).
+COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
 CMD ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]

@@ -61,4 +61,6 @@ FROM engine-base AS lmcache
 LABEL org.opencontainers.image.title="xpyd lmcache" \
       org.xpyd.role="lmcache"
 ENV XPYD_ROLE=lmcache
+# Restarted services run under it (generator/supervise.py: an exit nobody asked for fails).
+COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
 CMD ["lmcache", "server", "--help"]

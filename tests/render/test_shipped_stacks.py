@@ -15,6 +15,7 @@ from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered
 from generator.stack import load_spec
+from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 
 SHIPPED = [
     "cpu-1p1d",
@@ -60,6 +61,14 @@ def test_bench_never_starts_with_up_and_engine_images_carry_their_base(
     assert "FROM engine-base AS prefill" in role
 
 
+def command_of(service: dict[str, Any]) -> list[str]:
+    """The service's own command: restarted services run under the supervisor."""
+    command: list[str] = service["command"]
+    supervised = command[:2] == ["python3", SUPERVISOR_IN_IMAGE] and command[3] == "--"
+    assert supervised == (service["restart"] != "no"), command
+    return command[4:] if supervised else command
+
+
 def test_the_shipped_stacks_are_the_ones_under_stacks(workspace: Workspace) -> None:
     assert workspace.shipped_stacks() == SHIPPED
 
@@ -73,7 +82,7 @@ def test_xpyd_follows_seed_a_numbering(workspace: Workspace) -> None:
     services = running(compose(workspace, "xpyd"))
     assert list(services) == ["prefill-0", "prefill-1", "decode-0", "decode-1", "router"]
     ports = [
-        service["command"][service["command"].index("--port") + 1]
+        command_of(service)[command_of(service).index("--port") + 1]
         for name, service in services.items()
         if name != "router"
     ]
@@ -116,7 +125,7 @@ def test_gpu_services_reserve_device_ids_and_share_namespaces(workspace: Workspa
 
 
 def kv_config(service: dict[str, Any]) -> dict[str, Any]:
-    command = service["command"]
+    command = command_of(service)
     parsed: dict[str, Any] = json.loads(command[command.index("--kv-transfer-config") + 1])
     return parsed
 
@@ -156,11 +165,11 @@ def test_xpyd_mp_follows_seed_b(workspace: Workspace) -> None:
         "lmcache-prefill-0": {"condition": "service_healthy"}
     }
     assert set(services["router"]["depends_on"]) == {"prefill-0", "decode-0"}
-    router = services["router"]["command"]
+    router = command_of(services["router"])
     assert router[:1] == ["vllm-router"]
     assert "--vllm-pd-disaggregation" in router
     assert router[router.index("--prometheus-port") + 1] == "29000"
-    lmcache = services["lmcache-prefill-0"]["command"]
+    lmcache = command_of(services["lmcache-prefill-0"])
     assert lmcache[:2] == ["lmcache", "server"]
     assert lmcache[lmcache.index("--l1-size-gb") + 1] == "100"
 
@@ -183,7 +192,7 @@ def test_cpu_stack_pins_each_engine_to_its_own_core(workspace: Workspace) -> Non
         assert "runtime" not in service
         nixl = kv_config(service)["kv_connector_extra_config"]["connectors"][0]
         assert nixl["kv_buffer_device"] == "cpu"
-    lmcache = services["lmcache-prefill-0"]["command"]
+    lmcache = command_of(services["lmcache-prefill-0"])
     assert lmcache[lmcache.index("--supported-transfer-mode") + 1] == "auto"
     assert services["lmcache-prefill-0"]["ports"] == [
         "127.0.0.1:8090:8090"
@@ -204,7 +213,7 @@ def test_multi_host_stacks_render_one_project_per_host(workspace: Workspace) -> 
         "prefill-1",
         "router",
     }
-    router = a["services"]["router"]["command"]
+    router = command_of(a["services"]["router"])
     assert router[router.index("--decode") + 1] == "http://10.0.0.12:7200"
     assert b["volumes"]["model-cache"]["driver_opts"]["device"] == "/data/hf-cache"
     assert b["services"]["decode-0"]["environment"]["HF_HUB_OFFLINE"] == "1"

@@ -1,0 +1,68 @@
+"""The supervisor that restarted services run under (generator/supervise.py), run for real as
+a child process, as in the images: exits nobody asked for fail, asked-for stops keep their
+code, signals reach the command."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from generator.supervise import SOURCE, exit_code
+
+ROOT = Path(__file__).resolve().parents[1]
+SUPERVISE = [sys.executable, str(ROOT / SOURCE), "decode-0", "--"]
+
+
+def supervised(*command: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*SUPERVISE, *command], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def test_an_exit_0_nobody_asked_for_is_a_failure() -> None:
+    run = subprocess.run([*SUPERVISE, "true"], capture_output=True, text=True, check=False)
+    assert run.returncode == 1
+    assert "decode-0 exited with 0 without being asked to: reported as 1" in run.stderr
+
+
+def test_a_failing_command_keeps_its_code() -> None:
+    run = subprocess.run([*SUPERVISE, "sh", "-c", "exit 7"], capture_output=True, check=False)
+    assert run.returncode == 7
+
+
+def test_a_killed_command_exits_as_a_shell_would_say() -> None:
+    run = subprocess.run(
+        [*SUPERVISE, "sh", "-c", "kill -9 $$"], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 128 + 9
+    assert "was killed by SIGKILL" in run.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_is_forwarded_and_its_exit_kept(signum: signal.Signals) -> None:
+    # The command traps the signal and exits 0, as a server that shuts down cleanly does.
+    child = supervised("sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 0.05; done")
+    time.sleep(0.5)  # the trap is set
+    child.send_signal(signum)
+    _, stderr = child.communicate(timeout=10)
+    assert child.returncode == 0
+    assert "after it was asked to stop" in stderr
+
+
+def test_usage_is_refused() -> None:
+    run = subprocess.run([*SUPERVISE[:-1], "true"], capture_output=True, text=True, check=False)
+    assert run.returncode == 2
+    assert "usage" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("returncode", "asked", "code"),
+    [(0, False, 1), (0, True, 0), (3, False, 3), (-15, True, 143), (-9, False, 137)],
+)
+def test_exit_codes(returncode: int, asked: bool, code: int) -> None:
+    assert exit_code(returncode, asked_to_stop=asked) == code
