@@ -1,6 +1,7 @@
 """Runs one service's command so that its runtime's restart policy sees every exit it should.
 
     python3 /opt/xpyd/supervise.py SERVICE -- COMMAND...
+    python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT [--tree]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
 and Docker's bounded policy (``on-failure:N``) restarts only a non-zero exit; so an exit that
@@ -8,19 +9,27 @@ nobody asked for is reported as 1 (with a line that says why), and one that was 
 (SIGTERM or SIGINT, forwarded to the command) keeps its own code. The command's exit or
 signal is written on stderr, where `logs` and `status` find it.
 
+The second form is how `bench --fault` hurts a service from inside its container (`docker
+exec`): it signals the supervised command (``--tree``: and every process under it, so that a
+stopped engine stops whole), never the supervisor, so the runtime sees a crash and not a stop
+it was asked for (`docker kill` counts as asked: Docker would not restart it).
+
 Standard library only: it runs in every image (engines, LMCache servers, the router) and in
 the process runtime's Pythons.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
 from types import FrameType
 
-__all__ = ["IN_IMAGE", "SOURCE", "exit_code", "main"]
+__all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "main"]
 
+LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
 IN_IMAGE = "/opt/xpyd/supervise.py"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
@@ -42,13 +51,62 @@ def describe(service: str, returncode: int, *, asked_to_stop: bool) -> str:
     else:
         how = f"exited with {returncode}"
     if asked_to_stop:
-        return f"xpyd: {service} {how} after it was asked to stop"
+        return f"{LINE_PREFIX}{service} {how} after it was asked to stop"
     if returncode == 0:
-        return f"xpyd: {service} {how} without being asked to: reported as {UNASKED_EXIT}"
-    return f"xpyd: {service} {how}"
+        return f"{LINE_PREFIX}{service} {how} without being asked to: reported as {UNASKED_EXIT}"
+    return f"{LINE_PREFIX}{service} {how}"
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as file:
+            return [int(child) for child in file.read().split()]
+    except OSError:
+        return []
+
+
+def _supervised_commands() -> list[int]:
+    """The PIDs of the commands supervisors run here (one per container)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                argv = file.read().split(b"\0")
+        except OSError:
+            continue
+        script = next((i for i, arg in enumerate(argv) if arg.endswith(b"supervise.py")), None)
+        if script is not None and argv[script + 2 : script + 3] == [b"--"]:
+            found += _children(int(entry))
+    return found
+
+
+def _tree(pid: int) -> list[int]:
+    pids, index = [pid], 0
+    while index < len(pids):
+        pids += _children(pids[index])
+        index += 1
+    return pids
+
+
+def send(signame: str, *, tree: bool) -> int:
+    signum = signal.Signals[f"SIG{signame}"]
+    commands = _supervised_commands()
+    if not commands:
+        print("xpyd: no supervised command here", file=sys.stderr)
+        return 1
+    for command in commands:
+        for pid in _tree(command) if tree else [command]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+                print(f"{LINE_PREFIX}sent {signum.name} to {pid}", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--signal"] and len(argv) in (2, 3):
+        return send(argv[1], tree=argv[2:] == ["--tree"])
     if len(argv) < 3 or argv[1] != "--":
         print("usage: supervise.py SERVICE -- COMMAND...", file=sys.stderr)
         return 2

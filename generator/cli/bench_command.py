@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from generator.cli.fault_command import FAULT_PANEL, run_fault_bench
 from generator.cli.help_text import add_command
 from generator.cli.run_commands import PythonOpt, RuntimeOpt, runtime_overrides
 
@@ -280,6 +281,29 @@ def bench(
         typer.Option(envvar="XPYD_WAIT_SCALE", min=0.01, max=1000.0, help="As for `up`."),
     ] = 1.0,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="As for `up`.")] = False,
+    fault: Annotated[
+        str | None,
+        typer.Option(
+            help="ACTION:SERVICE@T[+D]: kill (SIGKILL), term (SIGTERM) or stop (SIGSTOP for D "
+            "s) an engine, LMCache server or the router T s into a steady load; the report "
+            "(fault.md) gives failures per second, time to ejection and to recovery, and the "
+            "verdict after. E.g. kill:decode-0@10, stop:prefill-0@10+15.",
+            rich_help_panel=FAULT_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    fault_duration_s: Annotated[
+        float,
+        typer.Option(min=5, max=3600, help="How long the load runs.", rich_help_panel=FAULT_PANEL),
+    ] = 60.0,
+    fault_concurrency: Annotated[
+        int,
+        typer.Option(min=1, max=256, help="Clients in the load.", rich_help_panel=FAULT_PANEL),
+    ] = 4,
+    fault_deadline_s: Annotated[
+        float,
+        typer.Option(min=1, max=3600, help="Each request's deadline.", rich_help_panel=FAULT_PANEL),
+    ] = 30.0,
 ) -> None:
     """Benchmark a stack with vLLM's own `bench serve` (random or prefix-repetition dataset)
     through its router, from a one-off container of the stack's `bench` service, after the
@@ -320,6 +344,21 @@ def bench(
         workspace.stack_file(stack), [*(set_ or []), *runtime_overrides(runtime, python)]
     )
     plan = make_plan(spec)
+    if fault is not None:
+        if baseline is not None or policies is not None:
+            raise typer.BadParameter(
+                "a fault drill runs the stack alone", param_hint="--baseline, --policies"
+            )
+        run_fault_bench(
+            plan,
+            fault,
+            duration_s=fault_duration_s,
+            concurrency=fault_concurrency,
+            deadline_s=fault_deadline_s,
+            folder=workspace.runs_dir / (run_id or new_run_id(f"{plan.stack}-fault")),
+            wait_scale=wait_scale,
+        )
+        return
     chosen = _preset(preset) or default_preset(plan.profile)
     given = preset_settings(chosen)
     settings = replace(

@@ -110,11 +110,18 @@ def print_verdict(plan: Plan, result: SmokeResult) -> None:
 def print_status(project: str, states: list[ServiceState], last_run: dict[str, Any] | None) -> None:
     console = _console()
     table = Table(title=Text(project), title_justify="left")
-    for column in ("service", "state", "health", "ports"):
+    for column in ("service", "state", "health", "restarts", "last exit", "ports"):
         table.add_column(column)
     for state in states:
         table.add_row(
-            *_plain(state.service, state.status, state.health or "-", ", ".join(state.ports) or "-")
+            *_plain(
+                state.service,
+                state.status,
+                state.health or "-",
+                str(state.restarts),
+                state.last_exit or "-",
+                ", ".join(state.ports) or "-",
+            )
         )
     console.print(table if states else Text(f"{project}: no containers"))
     if last_run is not None:

@@ -10,11 +10,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from python_on_whales import Container
+
 from generator.docker.endpoint import LOCAL, DockerEndpoint, client, run_cli, translated
 from generator.errors import DockerError
 from generator.runtimes.base import ServiceState
+from generator.supervise import LINE_PREFIX as SUPERVISOR_PREFIX
 
 __all__ = ["ComposeStack", "OneOff", "ServiceState"]
+
+_EXIT_LINE_TAIL = 200  # the supervisor's line comes after the command's last words
 
 
 class ComposeStack:
@@ -77,12 +82,39 @@ class ComposeStack:
             )
             labels = container.config.labels or {}
             service = labels.get("com.docker.compose.service", container.name)
+            restarts = container.restart_count or 0
+            exited = str(state.status) in ("exited", "dead")
             states.append(
                 ServiceState(
-                    service, container.name, str(state.status), health, state.exit_code, ports
+                    service,
+                    container.name,
+                    str(state.status),
+                    health,
+                    state.exit_code,
+                    ports,
+                    restarts=restarts,
+                    last_exit=self._last_exit(container) if restarts or exited else None,
                 )
             )
         return sorted(states, key=lambda s: s.service)
+
+    def _last_exit(self, container: Container) -> str:
+        """The supervisor's last line in the container's log; else Docker's exit code. An
+        exited container whose restarts are used up says so."""
+        with translated(f"reading the log of {container.name}", hint=self._engine_hint()):
+            tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL)
+        text = tail if isinstance(tail, str) else ""
+        lines = [line for line in text.splitlines() if line.startswith(SUPERVISOR_PREFIX)]
+        reason = lines[-1].removeprefix(SUPERVISOR_PREFIX) if lines else None
+        state = container.state
+        if reason is None:
+            reason = f"exit {state.exit_code}" + (" (OOM killed)" if state.oom_killed else "")
+        policy = container.host_config.restart_policy
+        bound = policy.maximum_retry_count if policy is not None else None
+        used_up = bound and (container.restart_count or 0) >= bound
+        if str(state.status) in ("exited", "dead") and used_up:
+            reason += f"; not restarted again ({bound} restarts used up)"
+        return reason
 
     def cpu_percentages(self) -> dict[str, float]:
         """Each running service's CPU use (% of one core) over the engine's last sample

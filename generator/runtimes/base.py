@@ -19,6 +19,9 @@ class ServiceState:
     health: str | None  # starting | healthy | unhealthy | None (no health check)
     exit_code: int | None
     ports: tuple[str, ...]
+    restarts: int = 0  # restarts by the runtime's policy since the service was created
+    # Why it last stopped (the supervisor's line, generator/supervise.py), if it ever did.
+    last_exit: str | None = None
 
     @property
     def exited(self) -> bool:

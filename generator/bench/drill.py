@@ -1,0 +1,236 @@
+"""A fault drill: the stack up (its verdict in), load through the router, one fault injected
+at its time, the stack watched every second (the service's state and restarts; our proxy's
+view of it), then the smoke verdict again once the service is back.
+
+What it measures, against the fault's time:
+- failed requests, split by whether any of their answer had reached the client;
+- the longest request against its deadline (none may wait past it);
+- time to ejection: until our proxy's /metrics says the service is out of rotation (our proxy
+  only: vllm-router 0.1.17 publishes no per-worker health), and until the last failure;
+- time to recovery: until the service is running and healthy again (and back in our proxy's
+  rotation), and until the smoke verdict passes again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from generator.bench.fault_load import LoadSettings, Outcome, run_load
+from generator.bench.faults import Fault, FaultAction, signal_service
+from generator.errors import StackError, XpydError
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.probes.http import ProbeClient, metric_sum
+from generator.probes.readiness import router_of_plan
+from generator.spec import RouterKind
+from generator.workflow.context import RunContext, RunOptions
+from generator.workflow.report import EventLevel, Reporter
+from generator.workflow.run import make_context, up_stack
+from generator.workflow.steps.verdict import smoke
+
+__all__ = ["DrillResult", "Sample", "run_drill"]
+
+_WATCH_EVERY_S = 1.0
+_RECOVERY_LIMIT_S = 180.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One look at the faulted service, ``at_s`` after the load started."""
+
+    at_s: float
+    status: str  # the runtime's: running, exited, restarting, ...
+    health: str | None
+    restarts: int
+    in_rotation: bool | None  # our proxy's view; None: the router does not say
+
+
+@dataclass
+class DrillResult:
+    stack: str
+    router: str
+    fault: str
+    fault_at_s: float
+    load: LoadSettings
+    outcomes: list[Outcome] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    verdict_after: bool | None = None  # the smoke verdict once the service was back
+    verdict_after_s: float | None = None  # since the fault
+    last_exit: str | None = None  # the service's, from `status`
+    injected: str = ""  # what the signal step printed
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["summary"] = self.summary()
+        return data
+
+    def summary(self) -> dict[str, float | int | None]:
+        fault = self.fault_at_s
+        failed = [o for o in self.outcomes if not o.ok]
+        out = next(
+            (s.at_s for s in self.samples if s.at_s >= fault and s.in_rotation is False), None
+        )
+        back = self.back_at()
+        return {
+            "requests": len(self.outcomes),
+            "succeeded": len(self.outcomes) - len(failed),
+            "failed": len(failed),
+            "failed_after_answer_started": sum(o.started for o in failed),
+            "failed_before_answer_started": sum(not o.started for o in failed),
+            "longest_request_s": max((o.end_s - o.start_s for o in self.outcomes), default=0.0),
+            "deadline_s": self.load.deadline_s,
+            "ejected_after_s": None if out is None else out - fault,
+            "last_failure_after_s": max((o.end_s for o in failed), default=fault) - fault
+            if failed
+            else None,
+            "recovered_after_s": None if back is None else back - fault,
+            "verdict_after_s": self.verdict_after_s,
+            "restarts": max((s.restarts for s in self.samples), default=0),
+        }
+
+    def back_at(self) -> float | None:
+        """The first look after the fault at which the service was whole again, having been
+        out since (down, unhealthy, out of rotation, or restarted between two looks)."""
+        before = [s.restarts for s in self.samples if s.at_s < self.fault_at_s]
+        restarts = before[-1] if before else 0
+        after = [s for s in self.samples if s.at_s >= self.fault_at_s]
+        left = next(
+            (i for i, s in enumerate(after) if not _whole(s) or s.restarts > restarts), None
+        )
+        if left is None:
+            return None
+        return next((s.at_s for s in after[left:] if _whole(s)), None)
+
+
+def _whole(sample: Sample) -> bool:
+    return (
+        sample.status == "running"
+        and sample.health in (None, "healthy")
+        and sample.in_rotation is not False
+    )
+
+
+def run_drill(
+    plan: Plan,
+    fault: Fault,
+    load: LoadSettings,
+    *,
+    workspace: Workspace,
+    folder: Path,
+    reporter: Reporter,
+    wait_scale: float = 1.0,
+) -> DrillResult:
+    context = make_context(
+        plan, workspace, RunOptions(wait_scale=wait_scale), None, reporter, directory=folder / "up"
+    )
+    up_stack(context)  # a stack that does not come up, or fails its verdict: nothing to drill
+    result = DrillResult(plan.stack, plan.router.kind.value, fault.label, fault.at_s, load)
+    runtime = context.host_of(fault.service).runtime
+    origin = time.monotonic()
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=_watch, args=(context, fault.service, origin, stop, result.samples), daemon=True
+    )
+    injector = threading.Thread(target=_inject, args=(context, fault, origin, result), daemon=True)
+    watcher.start()
+    injector.start()
+    reporter.event(
+        EventLevel.INFO,
+        f"{plan.stack}: load for {load.duration_s:g} s ({load.concurrency} clients), "
+        f"fault {fault.label}",
+    )
+    result.outcomes = run_load(load)
+    injector.join()
+    _await_recovery(result, origin, context, reporter)
+    stop.set()
+    watcher.join()
+    result.last_exit = next((s.last_exit for s in runtime.ps() if s.service == fault.service), None)
+    return result
+
+
+def _inject(context: RunContext, fault: Fault, origin: float, result: DrillResult) -> None:
+    _sleep_until(origin + fault.at_s)
+    runtime = context.host_of(fault.service).runtime
+    context.progress(f"fault: {fault.label}")
+    try:
+        if fault.action is FaultAction.STOP:
+            result.injected = signal_service(runtime, fault.service, "STOP", tree=True)
+            _sleep_until(origin + fault.at_s + (fault.for_s or 0.0))
+            result.injected += signal_service(runtime, fault.service, "CONT", tree=True)
+        else:
+            signame = "KILL" if fault.action is FaultAction.KILL else "TERM"
+            result.injected = signal_service(runtime, fault.service, signame, tree=False)
+    except XpydError as error:  # recorded: the report says the fault never happened
+        result.injected = f"failed: {error.message}"
+
+
+def _watch(
+    context: RunContext, service: str, origin: float, stop: threading.Event, out: list[Sample]
+) -> None:
+    runtime = context.host_of(service).runtime
+    in_rotation = _rotation_reader(context.plan, service)
+    while not stop.is_set():
+        looked = time.monotonic()
+        try:
+            state = next((s for s in runtime.ps() if s.service == service), None)
+        except XpydError:
+            state = None
+        out.append(
+            Sample(
+                at_s=looked - origin,
+                status=state.status if state else "missing",
+                health=state.health if state else None,
+                restarts=state.restarts if state else 0,
+                in_rotation=in_rotation(),
+            )
+        )
+        stop.wait(max(0.0, _WATCH_EVERY_S - (time.monotonic() - looked)))
+
+
+def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
+    """Our proxy says which backends are in rotation (xpyd_proxy_backend_healthy)."""
+    if plan.router.kind is not RouterKind.PROXY or service == plan.router.service:
+        return lambda: None
+    url = f"{router_of_plan(plan).url}/metrics"
+
+    def read() -> bool | None:
+        with ProbeClient(plan.stack, timeout_s=2.0) as client:
+            try:
+                samples = client.scrape(plan.router.service, url)
+            except XpydError:
+                return None
+        return metric_sum(samples, "xpyd_proxy_backend_healthy", {"backend": service}) > 0
+
+    return read
+
+
+def _await_recovery(
+    result: DrillResult, origin: float, context: RunContext, reporter: Reporter
+) -> None:
+    """Waits (bounded) until the service is whole again, then asks for the verdict."""
+    deadline = time.monotonic() + _RECOVERY_LIMIT_S
+    while result.back_at() is None and time.monotonic() < deadline:
+        time.sleep(_WATCH_EVERY_S)
+    if result.back_at() is None:
+        reporter.event(EventLevel.FAILED, f"{fault_service(result)}: not back after the fault")
+        return
+    try:
+        smoke(context)
+        result.verdict_after = True
+    except StackError as error:
+        reporter.event(EventLevel.WARN, f"verdict after the fault: {error.message}")
+        result.verdict_after = False
+    result.verdict_after_s = time.monotonic() - origin - result.fault_at_s
+
+
+def fault_service(result: DrillResult) -> str:
+    return result.fault.split(":", 1)[1].split("@", 1)[0]
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(0.0, moment - time.monotonic()))

@@ -1,0 +1,102 @@
+"""A fault drill's report: fault.md (the figures and the per-second table), fault.json (every
+request and every look at the service) and fault.png (successes and errors per second, the
+fault and the recovery marked)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from generator.bench.drill import DrillResult
+
+__all__ = ["per_second", "write_fault_report"]
+
+
+def per_second(result: DrillResult) -> list[tuple[int, int, int]]:
+    """(second, requests that ended well in it, requests that failed in it)."""
+    end = max((o.end_s for o in result.outcomes), default=0.0)
+    rows = [[second, 0, 0] for second in range(math.ceil(end) + 1)]
+    for outcome in result.outcomes:
+        rows[int(outcome.end_s)][1 if outcome.ok else 2] += 1
+    return [(second, ok, failed) for second, ok, failed in rows]
+
+
+def write_fault_report(result: DrillResult, folder: Path, *, hardware: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fault.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    _plot(result, folder / "fault.png")
+    path = folder / "fault.md"
+    path.write_text(markdown(result, hardware=hardware))
+    return path
+
+
+def _seconds(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def markdown(result: DrillResult, *, hardware: str) -> str:
+    s = result.summary()
+    load = result.load
+    verdict = {True: "PASS", False: "FAIL", None: "not run (the service never came back)"}
+    lines = [
+        f"# Fault drill: {result.stack}, {result.fault} ({result.router})",
+        "",
+        f"Hardware: {hardware}. Load: {load.concurrency} clients, each one streamed completion "
+        f"after another ({load.prompt_words}-word prompts, {load.max_tokens} tokens), "
+        f"{load.duration_s:g} s, deadline {load.deadline_s:g} s per request.",
+        f"Injected: {result.injected.strip() or '-'}",
+        f"The service's last exit: {result.last_exit or '-'}",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| requests | {s['requests']} ({s['succeeded']} succeeded) |",
+        f"| failed after their answer started | {s['failed_after_answer_started']} |",
+        f"| failed before their answer started | {s['failed_before_answer_started']} |",
+        f"| longest request | {_seconds(s['longest_request_s'])} "
+        f"(deadline {load.deadline_s:g} s) |",
+        f"| out of the proxy's rotation after | {_seconds(s['ejected_after_s'])} |",
+        f"| last failed request ended after | {_seconds(s['last_failure_after_s'])} |",
+        f"| service whole again after | {_seconds(s['recovered_after_s'])} |",
+        f"| restarts | {s['restarts']} |",
+        f"| verdict after the fault | {verdict[result.verdict_after]}"
+        f" ({_seconds(s['verdict_after_s'])} after the fault) |",
+        "",
+        "Per second of the load (by when each request ended; the fault at "
+        f"{result.fault_at_s:g} s):",
+        "",
+        "| second | succeeded | failed |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {second} | {ok} | {failed} |" for second, ok, failed in per_second(result)]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(result: DrillResult, path: Path) -> None:
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = per_second(result)
+    seconds = [row[0] for row in rows]
+    figure, axes = plt.subplots(figsize=(9, 4))
+    axes.bar(seconds, [row[1] for row in rows], color="tab:green", label="succeeded")
+    axes.bar(
+        seconds,
+        [row[2] for row in rows],
+        bottom=[row[1] for row in rows],
+        color="tab:red",
+        label="failed",
+    )
+    axes.axvline(result.fault_at_s, color="black", linestyle="--", label=f"fault {result.fault}")
+    back = result.back_at()
+    if back is not None:
+        axes.axvline(back, color="tab:blue", linestyle=":", label="service whole again")
+    axes.set_xlabel("seconds since the load started")
+    axes.set_ylabel("requests ended")
+    axes.set_title(f"{result.stack}: {result.fault} ({result.router})")
+    axes.legend(loc="upper right", fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

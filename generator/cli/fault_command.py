@@ -1,0 +1,79 @@
+"""`bench STACK --fault ACTION:SERVICE@T[+D]`: a fault drill instead of load points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from generator.plan import Plan
+
+__all__ = ["FAULT_PANEL", "run_fault_bench"]
+
+FAULT_PANEL = "Fault drill (instead of load points)"
+
+
+def run_fault_bench(
+    plan: Plan,
+    fault_text: str,
+    *,
+    duration_s: float,
+    concurrency: int,
+    deadline_s: float,
+    folder: Path,
+    wait_scale: float,
+) -> None:
+    from generator.bench.drill import run_drill
+    from generator.bench.fault_load import LoadSettings
+    from generator.bench.fault_report import markdown, write_fault_report
+    from generator.bench.faults import FaultError, parse_fault
+    from generator.bench.session import describe_hardware
+    from generator.cli.run_reporter import ConsoleReporter
+    from generator.console import success, warn
+    from generator.docker import require_docker
+    from generator.paths import find_workspace
+    from generator.probes.readiness import router_of_plan
+    from generator.spec import Runtime
+
+    try:
+        fault = parse_fault(fault_text, plan)
+    except FaultError as error:
+        raise typer.BadParameter(f"{error.message} ({error.hint})", param_hint="--fault") from None
+    if plan.runtime is not Runtime.COMPOSE:
+        raise typer.BadParameter(
+            "fault drills run on the compose runtime (its restart policy brings services back)",
+            param_hint="--fault",
+        )
+    if fault.at_s >= duration_s:
+        raise typer.BadParameter(
+            f"the fault at {fault.at_s:g} s comes after the load ends ({duration_s:g} s)",
+            param_hint="--fault-duration-s",
+        )
+    require_docker()
+    session = plan.router.session_header
+    load = LoadSettings(
+        url=f"{router_of_plan(plan).url}/v1/completions",
+        model=plan.model.served_name,
+        concurrency=concurrency,
+        duration_s=duration_s,
+        deadline_s=deadline_s,
+        headers=((session, "fault-drill"),) if session else (),
+    )
+    result = run_drill(
+        plan,
+        fault,
+        load,
+        workspace=find_workspace(),
+        folder=folder,
+        reporter=ConsoleReporter(),
+        wait_scale=wait_scale,
+    )
+    hardware = describe_hardware(plan)
+    path = write_fault_report(result, folder, hardware=hardware)
+    typer.echo(markdown(result, hardware=hardware))
+    where = f"report: {path} (fault.json, fault.png beside it)"
+    if result.verdict_after:
+        success(f"{plan.stack}: survived {fault.label}; {where}")
+        return
+    warn(f"{plan.stack}: did not recover from {fault.label} with a passing verdict; {where}")
+    raise typer.Exit(1)

@@ -1,0 +1,119 @@
+"""`bench --fault`: the fault's grammar and the services it may hit, and what a drill's
+figures say about a run (outcomes and looks written by hand, labelled so; the drill itself runs
+for real in tests/integration/test_faults.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from generator.bench.drill import DrillResult, Sample
+from generator.bench.fault_load import LoadSettings, Outcome
+from generator.bench.fault_report import per_second, write_fault_report
+from generator.bench.faults import Fault, FaultAction, FaultError, parse_fault
+from generator.plan import Plan
+from generator.planner import make_plan
+from generator.stack import load_spec
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return make_plan(load_spec(ROOT / "stacks" / "cpu-faults.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("text", "fault"),
+    [
+        ("kill:decode-0@10", Fault(FaultAction.KILL, "decode-0", 10.0)),
+        ("term:lmcache-decode-1@2.5", Fault(FaultAction.TERM, "lmcache-decode-1", 2.5)),
+        ("stop:prefill-0@10+15", Fault(FaultAction.STOP, "prefill-0", 10.0, 15.0)),
+        ("kill:router@0", Fault(FaultAction.KILL, "router", 0.0)),
+    ],
+)
+def test_faults_parse(plan: Plan, text: str, fault: Fault) -> None:
+    assert parse_fault(text, plan) == fault
+    assert parse_fault(fault.label, plan) == fault  # the label reads back
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("kill decode-0", "is not ACTION:SERVICE@T[+D]"),
+        ("crash:decode-0@1", "'crash' is not an action"),
+        ("kill:decode-7@1", "has no service 'decode-7'"),
+        ("kill:decode-0@1+5", "only stop lasts"),
+        ("stop:decode-0@1", "stop needs how long"),
+        ("kill:decode-0@99999", "too late"),
+    ],
+)
+def test_bad_faults_say_what_is_wrong(plan: Plan, text: str, says: str) -> None:
+    with pytest.raises(FaultError, match="--fault") as caught:
+        parse_fault(text, plan)
+    assert says in caught.value.message
+    assert caught.value.hint
+
+
+def _result(outcomes: list[Outcome], samples: list[Sample]) -> DrillResult:
+    load = LoadSettings(url="http://127.0.0.1:1/v1/completions", model="m", deadline_s=30)
+    result = DrillResult("cpu-faults", "proxy", "kill:decode-0@10", 10.0, load)
+    result.outcomes, result.samples = outcomes, samples
+    return result
+
+
+def _look(
+    at_s: float, status: str = "running", *, restarts: int = 0, rotation: bool = True
+) -> Sample:
+    return Sample(at_s, status, "healthy" if status == "running" else None, restarts, rotation)
+
+
+# By hand: two fine requests, one cut mid-answer by the kill, one refused while it was out,
+# then fine again; the service out of rotation at 11 s and back at 40 s after one restart.
+OUTCOMES = [
+    Outcome(0.0, 2.0, ok=True, started=True, tokens=32),
+    Outcome(8.0, 10.5, ok=False, started=True, error="cut", tokens=5),
+    Outcome(10.2, 10.8, ok=False, started=False, error="http_502"),
+    Outcome(12.0, 14.0, ok=True, started=True, tokens=32),
+]
+SAMPLES = [
+    _look(9.0),
+    _look(11.0, "restarting", restarts=1, rotation=False),
+    _look(30.0, restarts=1, rotation=False),
+    _look(40.0, restarts=1),
+]
+
+
+def test_a_drills_figures() -> None:
+    summary = _result(OUTCOMES, SAMPLES).summary()
+    assert summary["failed_after_answer_started"] == 1
+    assert summary["failed_before_answer_started"] == 1
+    assert summary["ejected_after_s"] == pytest.approx(1.0)
+    assert summary["recovered_after_s"] == pytest.approx(30.0)
+    assert summary["last_failure_after_s"] == pytest.approx(0.8)
+    assert summary["longest_request_s"] == pytest.approx(2.5)
+    assert summary["restarts"] == 1
+
+
+def test_a_restart_between_two_looks_still_counts_as_out() -> None:
+    # The service died and came back between looks: only its restart count says so.
+    samples = [_look(9.0), _look(40.0, restarts=1)]
+    assert _result(OUTCOMES, samples).back_at() == pytest.approx(40.0)
+
+
+def test_a_service_never_out_is_not_recovered() -> None:
+    assert _result(OUTCOMES, [_look(9.0), _look(40.0)]).back_at() is None
+
+
+def test_per_second_counts_by_end(tmp_path: Path) -> None:
+    result = _result(OUTCOMES, SAMPLES)
+    rows = per_second(result)
+    assert rows[2] == (2, 1, 0)
+    assert rows[10] == (10, 0, 2)
+    assert rows[14] == (14, 1, 0)
+    report = write_fault_report(result, tmp_path, hardware="by hand")
+    text = report.read_text()
+    assert "| failed after their answer started | 1 |" in text
+    assert "| 10 | 0 | 2 |" in text
+    assert (tmp_path / "fault.png").stat().st_size > 1000
+    assert '"failed_before_answer_started": 1' in (tmp_path / "fault.json").read_text()
