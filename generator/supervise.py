@@ -1,7 +1,7 @@
 """Runs one service's command so that its runtime's restart policy sees every exit it should.
 
     python3 /opt/xpyd/supervise.py SERVICE -- COMMAND...
-    python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT [--tree]
+    python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
 and Docker's bounded policy (``on-failure:N``) restarts only a non-zero exit; so an exit that
@@ -25,6 +25,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from types import FrameType
 
 __all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "main"]
@@ -65,21 +67,10 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _supervised_commands() -> list[int]:
-    """The PIDs of the commands supervisors run here (one per container)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                argv = file.read().split(b"\0")
-        except OSError:
-            continue
-        script = next((i for i, arg in enumerate(argv) if arg.endswith(b"supervise.py")), None)
-        if script is not None and argv[script + 2 : script + 3] == [b"--"]:
-            found += _children(int(entry))
-    return found
+def pid_file(service: str) -> Path:
+    """Where the supervisor of ``service`` writes its command's PID (per container, or per
+    machine for processes)."""
+    return Path(tempfile.gettempdir()) / f"xpyd-supervised-{service}.pid"
 
 
 def _tree(pid: int) -> list[int]:
@@ -90,28 +81,29 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
-def send(signame: str, *, tree: bool) -> int:
+def send(signame: str, service: str, *, tree: bool) -> int:
     signum = signal.Signals[f"SIG{signame}"]
-    commands = _supervised_commands()
-    if not commands:
-        print("xpyd: no supervised command here", file=sys.stderr)
+    try:
+        command = int(pid_file(service).read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        print(f"{LINE_PREFIX}no supervised {service} here", file=sys.stderr)
         return 1
-    for command in commands:
-        for pid in _tree(command) if tree else [command]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-                print(f"{LINE_PREFIX}sent {signum.name} to {pid}", file=sys.stderr)
+    for pid in _tree(command) if tree else [command]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+            print(f"{LINE_PREFIX}sent {signum.name} to {service} (pid {pid})", file=sys.stderr)
     return 0
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--signal"] and len(argv) in (2, 3):
-        return send(argv[1], tree=argv[2:] == ["--tree"])
+    if argv[:1] == ["--signal"] and len(argv) in (3, 4):
+        return send(argv[1], argv[2], tree=argv[3:] == ["--tree"])
     if len(argv) < 3 or argv[1] != "--":
         print("usage: supervise.py SERVICE -- COMMAND...", file=sys.stderr)
         return 2
     service, command = argv[0], argv[2:]
     child = subprocess.Popen(command)
+    pid_file(service).write_text(str(child.pid), encoding="ascii")
     asked: list[int] = []
 
     def forward(signum: int, _: FrameType | None) -> None:

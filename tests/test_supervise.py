@@ -66,3 +66,62 @@ def test_usage_is_refused() -> None:
 )
 def test_exit_codes(returncode: int, asked: bool, code: int) -> None:
     assert exit_code(returncode, asked_to_stop=asked) == code
+
+
+def _signal(service: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(ROOT / SOURCE), "--signal", *args[:1], service, *args[1:]]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def test_the_signal_mode_crashes_the_command_not_the_supervisor() -> None:
+    service = f"kill-test-{time.monotonic_ns()}"
+    child = subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), service, "--", "sleep", "60"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)  # the pid file is written
+    sent = _signal(service, "KILL")
+    assert sent.returncode == 0, sent.stderr
+    assert f"sent SIGKILL to {service}" in sent.stderr
+    _, stderr = child.communicate(timeout=10)
+    assert child.returncode == 137  # seen as a crash: the runtime restarts it
+    assert f"{service} was killed by SIGKILL" in stderr
+
+
+def test_the_signal_mode_stops_and_continues_the_whole_tree() -> None:
+    service = f"stop-test-{time.monotonic_ns()}"
+    # A command with a child of its own: both must stop.
+    child = supervised_as(service, "sh", "-c", "sleep 60 & wait")
+    time.sleep(0.5)
+    sent = _signal(service, "STOP", "--tree")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stderr.count("sent SIGSTOP") == 2  # sh and its sleep
+    pids = [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in sent.stderr.splitlines()]
+    assert all(_state(pid) == "T" for pid in pids)
+    assert _signal(service, "CONT", "--tree").returncode == 0
+    assert all(_state(pid) != "T" for pid in pids)
+    assert _signal(service, "KILL", "--tree").returncode == 0
+    child.communicate(timeout=10)
+    assert child.returncode == 137
+
+
+def test_the_signal_mode_says_when_there_is_no_such_service() -> None:
+    sent = _signal("no-such-service-here", "KILL")
+    assert sent.returncode == 1
+    assert "no supervised no-such-service-here here" in sent.stderr
+
+
+def supervised_as(service: str, *command: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), service, "--", *command],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]

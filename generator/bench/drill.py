@@ -36,7 +36,7 @@ from generator.workflow.steps.verdict import smoke
 __all__ = ["DrillResult", "Sample", "run_drill"]
 
 _WATCH_EVERY_S = 1.0
-_RECOVERY_LIMIT_S = 180.0
+_RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --wait-scale)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class DrillResult:
     verdict_after_s: float | None = None  # since the fault
     last_exit: str | None = None  # the service's, from `status`
     injected: str = ""  # what the signal step printed
+    injected_in_s: float | None = None  # how long the signal step took (docker exec)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -146,7 +147,7 @@ def run_drill(
     )
     result.outcomes = run_load(load)
     injector.join()
-    _await_recovery(result, origin, context, reporter)
+    _await_recovery(result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * wait_scale)
     stop.set()
     watcher.join()
     result.last_exit = next((s.last_exit for s in runtime.ps() if s.service == fault.service), None)
@@ -157,14 +158,17 @@ def _inject(context: RunContext, fault: Fault, origin: float, result: DrillResul
     _sleep_until(origin + fault.at_s)
     runtime = context.host_of(fault.service).runtime
     context.progress(f"fault: {fault.label}")
+    started = time.monotonic()
     try:
         if fault.action is FaultAction.STOP:
             result.injected = signal_service(runtime, fault.service, "STOP", tree=True)
+            result.injected_in_s = time.monotonic() - started
             _sleep_until(origin + fault.at_s + (fault.for_s or 0.0))
             result.injected += signal_service(runtime, fault.service, "CONT", tree=True)
         else:
             signame = "KILL" if fault.action is FaultAction.KILL else "TERM"
             result.injected = signal_service(runtime, fault.service, signame, tree=False)
+            result.injected_in_s = time.monotonic() - started
     except XpydError as error:  # recorded: the report says the fault never happened
         result.injected = f"failed: {error.message}"
 
@@ -210,10 +214,10 @@ def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
 
 
 def _await_recovery(
-    result: DrillResult, origin: float, context: RunContext, reporter: Reporter
+    result: DrillResult, origin: float, context: RunContext, reporter: Reporter, *, limit_s: float
 ) -> None:
     """Waits (bounded) until the service is whole again, then asks for the verdict."""
-    deadline = time.monotonic() + _RECOVERY_LIMIT_S
+    deadline = time.monotonic() + limit_s
     while result.back_at() is None and time.monotonic() < deadline:
         time.sleep(_WATCH_EVERY_S)
     if result.back_at() is None:

@@ -45,7 +45,8 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"Hardware: {hardware}. Load: {load.concurrency} clients, each one streamed completion "
         f"after another ({load.prompt_words}-word prompts, {load.max_tokens} tokens), "
         f"{load.duration_s:g} s, deadline {load.deadline_s:g} s per request.",
-        f"Injected: {result.injected.strip() or '-'}",
+        f"Injected: {result.injected.strip() or '-'}"
+        + (f" (the signal step took {result.injected_in_s:.1f} s)" if result.injected_in_s else ""),
         f"The service's last exit: {result.last_exit or '-'}",
         "",
         "| figure | value |",

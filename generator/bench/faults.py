@@ -92,5 +92,5 @@ def _restarted_services(plan: Plan) -> list[str]:
 def signal_service(runtime: ServiceRuntime, service: str, signame: str, *, tree: bool) -> str:
     """Sends SIG``signame`` to the service's supervised command (and, with ``tree``, every
     process under it) from inside its container."""
-    command = ["python3", SUPERVISOR_IN_IMAGE, "--signal", signame]
+    command = ["python3", SUPERVISOR_IN_IMAGE, "--signal", signame, service]
     return runtime.execute(service, command + (["--tree"] if tree else []))

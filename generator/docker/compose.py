@@ -19,7 +19,7 @@ from generator.supervise import LINE_PREFIX as SUPERVISOR_PREFIX
 
 __all__ = ["ComposeStack", "OneOff", "ServiceState"]
 
-_EXIT_LINE_TAIL = 200  # the supervisor's line comes after the command's last words
+_EXIT_LINE_TAIL = 50  # the supervisor's line comes after the command's last words
 
 
 class ComposeStack:
@@ -101,8 +101,11 @@ class ComposeStack:
     def _last_exit(self, container: Container) -> str:
         """The supervisor's last line in the container's log; else Docker's exit code. An
         exited container whose restarts are used up says so."""
+        # A running container's log goes on past its last exit: read up to its current start.
+        running = str(container.state.status) == "running"
+        until = container.state.started_at if running else None
         with translated(f"reading the log of {container.name}", hint=self._engine_hint()):
-            tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL)
+            tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL, until=until)
         text = tail if isinstance(tail, str) else ""
         lines = [line for line in text.splitlines() if line.startswith(SUPERVISOR_PREFIX)]
         reason = lines[-1].removeprefix(SUPERVISOR_PREFIX) if lines else None
