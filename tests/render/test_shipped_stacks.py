@@ -20,6 +20,7 @@ from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 SHIPPED = [
     "cpu-1p1d",
     "cpu-2host",
+    "cpu-faults",
     "cpu-lmcache-pd",
     "xpyd",
     "xpyd-1gpu",
