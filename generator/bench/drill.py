@@ -61,6 +61,7 @@ class DrillResult:
     samples: list[Sample] = field(default_factory=list)
     verdict_after: bool | None = None  # the smoke verdict once the service was back
     verdict_after_s: float | None = None  # since the fault
+    verdict_after_rows: list[dict[str, Any]] = field(default_factory=list)
     last_exit: str | None = None  # the service's, from `status`
     injected: str = ""  # what the signal step printed
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
@@ -224,12 +225,15 @@ def _await_recovery(
         reporter.event(EventLevel.FAILED, f"{fault_service(result)}: not back after the fault")
         return
     try:
-        smoke(context)
+        smoke(context, again="after-fault")
         result.verdict_after = True
     except StackError as error:
         reporter.event(EventLevel.WARN, f"verdict after the fault: {error.message}")
         result.verdict_after = False
     result.verdict_after_s = time.monotonic() - origin - result.fault_at_s
+    if context.verdict is not None:
+        result.verdict_after_rows = context.verdict.as_dict().get("rows", [])
+        reporter.verdict(context.plan, context.verdict)
 
 
 def fault_service(result: DrillResult) -> str:
