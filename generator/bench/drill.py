@@ -92,14 +92,18 @@ class DrillResult:
             else None,
             "recovered_after_s": None if back is None else back - fault,
             "verdict_after_s": self.verdict_after_s,
-            "restarts": max((s.restarts for s in self.samples), default=0),
+            "restarts": max((s.restarts for s in self.samples), default=0)
+            - self._restarts_before(),
         }
+
+    def _restarts_before(self) -> int:
+        before = [s.restarts for s in self.samples if s.at_s < self.fault_at_s]
+        return before[-1] if before else 0
 
     def back_at(self) -> float | None:
         """The first look after the fault at which the service was whole again, having been
         out since (down, unhealthy, out of rotation, or restarted between two looks)."""
-        before = [s.restarts for s in self.samples if s.at_s < self.fault_at_s]
-        restarts = before[-1] if before else 0
+        restarts = self._restarts_before()
         after = [s for s in self.samples if s.at_s >= self.fault_at_s]
         left = next(
             (i for i, s in enumerate(after) if not _whole(s) or s.restarts > restarts), None
