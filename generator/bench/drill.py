@@ -203,8 +203,9 @@ def _watch(
 
 def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
     """Our proxy says which backends are in rotation (xpyd_proxy_backend_healthy)."""
-    if plan.router.kind is not RouterKind.PROXY or service == plan.router.service:
-        return lambda: None
+    engines = {engine.name for engine in plan.engines}
+    if plan.router.kind is not RouterKind.PROXY or service not in engines:
+        return lambda: None  # the proxy routes to engines only
     url = f"{router_of_plan(plan).url}/metrics"
 
     def read() -> bool | None:
