@@ -79,7 +79,8 @@ def test_the_stack_served_without_the_decoder_and_passes_again_after(
 ) -> None:
     # As the load ended, decode-0 was still restarting: the stack passed without it.
     assert drill["verdict_during"] is True
-    assert drill["verdict_during_s"] < 60
+    # The load ends 30 s after the fault; the verdict itself takes 10-50 s on shared cores.
+    assert drill["verdict_during_s"] < 90
     assert drill["verdict_after"] is True
     report = (ROOT / "runs" / RUN_ID / "fault.md").read_text()
     assert "| verdict after the fault | PASS" in report
