@@ -115,8 +115,10 @@ class ComposeStack:
             else:
                 tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL)
         text = tail if isinstance(tail, str) else ""
-        lines = [line for line in text.splitlines() if line.startswith(SUPERVISOR_PREFIX)]
-        reason = lines[-1].removeprefix(SUPERVISOR_PREFIX) if lines else None
+        # Anywhere in a line: a command's last words may end without a newline.
+        mark = SUPERVISOR_PREFIX
+        lines = [line[line.index(mark) + len(mark) :] for line in text.splitlines() if mark in line]
+        reason = lines[-1] if lines else None
         state = container.state
         if reason is None:
             reason = f"exit {state.exit_code}" + (" (OOM killed)" if state.oom_killed else "")
