@@ -20,6 +20,7 @@ SHIPPED = [
     "cpu-1p1d",
     "cpu-2host",
     "cpu-lmcache-pd",
+    "cpu-p2p",
     "xpyd",
     "xpyd-1gpu",
     "xpyd-lmcache-1gpu",

@@ -1,0 +1,129 @@
+"""lmcache.p2p (nixl-mp): a coordinator of the stack's own, every `lmcache server` registered
+and advertised at an address its peers reach, ports from ports.* bases, and refusals that name
+the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+
+from generator.errors import SpecError
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.planner import make_plan
+from generator.probes.http import Origin, Reply
+from generator.probes.p2p import peer_rows
+from generator.services.build import build_deployment, image_ref
+from generator.stack import load_spec
+from generator.topologies import topology_of
+
+
+def plan_of(workspace: Workspace, stack: str, *overrides: str) -> Plan:
+    return make_plan(load_spec(workspace.stack_file(stack), list(overrides)))
+
+
+def server_command(plan: Plan, engine: str) -> list[str]:
+    sidecar = next(s for s in plan.sidecars if s.engine == engine)
+    owner = next(e for e in plan.engines if e.name == engine)
+    return topology_of(plan).sidecar_command(plan, owner, sidecar)
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_the_coordinator_is_the_stacks_and_comes_first(workspace: Workspace) -> None:
+    plan = plan_of(workspace, "cpu-p2p")
+    coordinator = plan.sidecars[0]
+    assert (coordinator.service, coordinator.engine, coordinator.health_path) == (
+        "lmcache-coordinator",
+        None,
+        "/healthz",
+    )
+    assert plan.hosts[0].services[0] == "lmcache-coordinator"
+    command = topology_of(plan).sidecar_command(plan, None, coordinator)
+    assert command == ["lmcache", "coordinator", "--host", "0.0.0.0", "--port", "19300"]
+    uses = {(use.port, use.owner) for use in plan.ports}
+    assert {(19300, "lmcache-coordinator"), (18290, "lmcache-prefill-0")} <= uses
+    assert (18291, "lmcache-decode-0") in uses
+
+
+def test_servers_register_and_advertise_where_peers_reach_them(workspace: Workspace) -> None:
+    bridge = server_command(plan_of(workspace, "cpu-p2p"), "decode-0")
+    assert flag(bridge, "--coordinator-url") == "http://lmcache-coordinator:19300"
+    assert flag(bridge, "--coordinator-advertise-ip") == "lmcache-decode-0"
+    assert flag(bridge, "--p2p-advertise-url") == "lmcache-decode-0:18291"
+    assert flag(bridge, "--p2p-listen-url") == "0.0.0.0:18291"
+    assert flag(bridge, "--host") == "0.0.0.0"  # peers dial its ZMQ port
+    assert flag(bridge, "--l1-align-bytes") == "65536"
+    # Across hosts (host networking): host addresses, the coordinator on the first host.
+    plan = plan_of(workspace, "xpyd-mp-2host", "lmcache.p2p.transfer_engine=mooncake_te")
+    first, decoder = plan.hosts[0], plan.decode[0]
+    command = server_command(plan, decoder.name)
+    assert flag(command, "--coordinator-url") == f"http://{first.address}:9300"
+    assert flag(command, "--coordinator-advertise-ip") == decoder.address
+    assert flag(command, "--p2p-advertise-url").startswith(f"{decoder.address}:82")
+    assert flag(command, "--host") == "0.0.0.0"
+    assert flag(command, "--p2p-transfer-engine") == "mooncake_te"
+
+
+def test_without_p2p_nothing_changes(workspace: Workspace) -> None:
+    plan = plan_of(workspace, "cpu-1p1d")
+    assert all(s.engine is not None for s in plan.sidecars)
+    assert "p2p" not in plan.model_dump_json()
+    assert "--coordinator-url" not in server_command(plan, "prefill-0")
+
+
+def test_servers_wait_for_a_healthy_coordinator(workspace: Workspace) -> None:
+    plan = plan_of(workspace, "cpu-p2p")
+    roles = ("prefill", "decode", "lmcache", "router")
+    images = {role: image_ref(f"xpyd/{role}:test", PurePosixPath(role)) for role in roles}
+    services = {s.name: s for s in build_deployment(plan, images).hosts[0].services}
+    coordinator = services["lmcache-coordinator"]
+    assert coordinator.gpus is None
+    assert not coordinator.cpuset
+    assert [d.service for d in services["lmcache-prefill-0"].depends_on] == ["lmcache-coordinator"]
+    assert [d.service for d in services["prefill-0"].depends_on] == ["lmcache-prefill-0"]
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "message"),
+    [
+        ("cpu-lmcache-pd", ["lmcache.p2p.transfer_engine=nixl"], "lmcache.p2p: applies to"),
+        ("cpu-1p1d", ["ports.lmcache_p2p=8300"], None),
+        (
+            "cpu-p2p",
+            ["lmcache.server.extra_args=[--gds-l1-path, /nvme]"],
+            "lmcache.server.extra_args: --gds-l1-path makes a GDS",
+        ),
+        ("cpu-p2p", ["lmcache.server.extra_args=[--coordinator-url, x]"], "lmcache.p2p"),
+        ("cpu-p2p", ["lmcache.p2p.lookup_timeout_s=0"], "lmcache.p2p.lookup_timeout_s"),
+    ],
+)
+def test_refusals_name_the_field_and_the_fix(
+    workspace: Workspace, stack: str, overrides: list[str], message: str | None
+) -> None:
+    if message is None:  # a P2P port base without P2P is harmless on nixl-mp
+        load_spec(workspace.stack_file(stack), overrides)
+        return
+    with pytest.raises(SpecError, match=message):
+        load_spec(workspace.stack_file(stack), overrides)
+
+
+def status(state: str, peers: int) -> Reply:
+    return Reply({"p2p_state": state, "p2p_peer_count": peers}, Origin("s", "svc", "/status"))
+
+
+def test_the_peers_row_wants_every_server_registered_with_all_peers() -> None:
+    good = {
+        "lmcache-prefill-0": status("registered", 1),
+        "lmcache-decode-0": status("registered", 1),
+    }
+    assert peer_rows(good, expected_peers=1).passed is True
+    lonely = good | {"lmcache-decode-0": status("registered", 0)}
+    assert peer_rows(lonely, expected_peers=1).passed is False
+    gone = good | {"lmcache-prefill-0": status("unregistered", 1)}
+    row = peer_rows(gone, expected_peers=1)
+    assert row.passed is False
+    assert "lmcache-prefill-0: unregistered, 1" in row.observed
