@@ -8,12 +8,14 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from generator.doctor.ports import published_ports
 from generator.errors import SpecError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.planner import make_plan
 from generator.probes.http import Origin, Reply
 from generator.probes.p2p import peer_rows
+from generator.render import render_stack
 from generator.services.build import build_deployment, image_ref
 from generator.stack import load_spec
 from generator.topologies import topology_of
@@ -127,3 +129,22 @@ def test_the_peers_row_wants_every_server_registered_with_all_peers() -> None:
     row = peer_rows(gone, expected_peers=1)
     assert row.passed is False
     assert "lmcache-prefill-0: unregistered, 1" in row.observed
+
+
+def doctor_ports(workspace: Workspace, stack: str, *overrides: str) -> dict[int, str]:
+    plan = plan_of(workspace, stack, *overrides)
+    project = render_stack(plan, workspace).projects[0]
+    return {p.port: f"{p.owner}: {p.purpose}" for p in published_ports(plan, project)}
+
+
+def test_doctor_checks_the_coordinator_and_p2p_ports(workspace: Workspace) -> None:
+    # Host networking: every planned port binds on the host, the P2P ones included.
+    on_host = doctor_ports(workspace, "xpyd-mp", "lmcache.p2p.transfer_engine=nixl")
+    assert on_host[9300] == "lmcache-coordinator: LMCache coordinator"
+    assert on_host[8290] == "lmcache-prefill-0: LMCache P2P transfer channel"
+    assert on_host[8291] == "lmcache-decode-0: LMCache P2P transfer channel"
+    # A bridge publishes the coordinator (on loopback, for the probes); the transfer channels
+    # stay inside the stack's network, so they take no host port.
+    bridge = doctor_ports(workspace, "cpu-p2p")
+    assert bridge[19300] == "lmcache-coordinator: LMCache coordinator"
+    assert 18290 not in bridge
