@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from generator.errors import XpydError
-from generator.spec import Spec, Topology
+from generator.spec import Spec
 from generator.stack import parse_spec
 
 __all__ = ["MAX_P2P_ARMS", "p2p_arms", "p2p_spec", "parse_p2p"]
@@ -29,12 +28,8 @@ def parse_p2p(text: str) -> tuple[bool, ...]:
 
 
 def p2p_spec(spec: Spec, on: bool) -> Spec:
-    """The stack with lmcache.p2p on (its own settings, else the defaults) or off."""
-    if spec.topology is not Topology.NIXL_MP:
-        raise XpydError(
-            f"bench --p2p: {spec.name} is {spec.topology.value}; LMCache P2P is nixl-mp's",
-            hint="leave --p2p out, or bench a nixl-mp stack",
-        )
+    """The stack with lmcache.p2p on (its own settings, else the defaults) or off; validated
+    like any spec (P2P on an lmcache-pd stack is refused here, naming the arm)."""
     data: dict[str, Any] = spec.model_dump(mode="json", exclude_unset=True)
     lmcache: dict[str, Any] = data.setdefault("lmcache", {})
     if on:

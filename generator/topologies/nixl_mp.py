@@ -3,7 +3,9 @@
 
 The decoder pulls the prompt's KV from the prefiller with NIXL READs over the side channel
 (one port per TP rank); each engine keeps its KV chunks in its own LMCache server, which the
-workflow starts and waits for before the engines.
+workflow starts and waits for before the engines. With ``lmcache.p2p`` the servers also share
+their L1s: a coordinator of the stack's own keeps membership, and each server reads the chunks
+it misses from a peer (LMCache MP docs, p2p.rst).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from generator.bench import ArmOptions, BenchJob
 from generator.bench.p2p_arms import p2p_spec, parse_p2p
-from generator.errors import XpydError
+from generator.errors import SpecError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.services.bench import Preset, preset_settings
@@ -65,5 +65,7 @@ def test_bad_lists_are_refused(text: str, message: str) -> None:
 
 
 def test_lmcache_pd_stacks_are_refused_before_anything_starts() -> None:
-    with pytest.raises(XpydError, match="LMCache P2P is nixl-mp's"):
+    with pytest.raises(SpecError) as refused:
         job("cpu-lmcache-pd", "on,off").arm_plans()
+    assert "cpu-lmcache-pd with bench --p2p on" in str(refused.value)
+    assert "lmcache.p2p: applies to topology nixl-mp" in str(refused.value)
