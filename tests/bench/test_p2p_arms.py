@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from generator.bench import ArmOptions, BenchJob
 from generator.bench.p2p_arms import p2p_spec, parse_p2p
@@ -69,3 +71,14 @@ def test_lmcache_pd_stacks_are_refused_before_anything_starts() -> None:
         job("cpu-lmcache-pd", "on,off").arm_plans()
     assert "cpu-lmcache-pd with bench --p2p on" in str(refused.value)
     assert "lmcache.p2p: applies to topology nixl-mp" in str(refused.value)
+
+
+@given(st.text(max_size=40))
+def test_any_text_is_a_list_of_states_or_a_clear_refusal(text: str) -> None:
+    items = [item.strip().lower() for item in text.split(",")]
+    valid = set(items) <= {"on", "off"} and len(set(items)) == len(items)
+    if not valid:
+        with pytest.raises(ValueError, match=r"P2P state|each once"):
+            parse_p2p(text)
+        return
+    assert parse_p2p(text) == tuple(item == "on" for item in items)

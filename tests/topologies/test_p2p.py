@@ -13,8 +13,8 @@ from generator.errors import SpecError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.planner import make_plan
-from generator.probes.http import Origin, Reply
-from generator.probes.p2p import peer_rows
+from generator.probes.http import MetricSamples, Origin, Reply
+from generator.probes.p2p import PeerReuse, peer_rows
 from generator.render import render_stack
 from generator.services.build import build_deployment, image_ref
 from generator.stack import load_spec
@@ -148,3 +148,37 @@ def test_doctor_checks_the_coordinator_and_p2p_ports(workspace: Workspace) -> No
     bridge = doctor_ports(workspace, "cpu-p2p")
     assert bridge[19300] == "lmcache-coordinator: LMCache coordinator"
     assert 18290 not in bridge
+
+
+def samples(**values: float) -> MetricSamples:
+    labelled = {"lmcache_mp_l2_load_completed_requests_total": (("l2_name", "p2p"),)}
+    return {(name, labelled.get(name, ())): value for name, value in values.items()}
+
+
+def test_peer_reuse_is_the_change_over_the_request() -> None:
+    before = (
+        samples(**{"vllm:external_prefix_cache_hits_total": 100.0}),
+        samples(lmcache_mp_l2_load_completed_requests_total=2.0),
+    )
+    after = (
+        samples(
+            **{
+                "vllm:external_prefix_cache_hits_total": 1124.0,
+                "vllm:external_prefix_cache_queries_total": 1063.0,
+            }
+        ),
+        samples(
+            lmcache_mp_l2_load_completed_requests_total=3.0,
+            lmcache_mp_lookup_hit_l2_tokens_total=1024.0,
+        ),
+    )
+    reuse = PeerReuse.between(before, after)
+    assert reuse == PeerReuse(
+        hit_tokens=1024.0, query_tokens=1063.0, l2_hit_tokens=1024.0, p2p_loads=1.0
+    )
+    assert reuse.describe() == (
+        "vLLM: 1024 of 1063 prompt tokens external hits; LMCache: 1024 tokens from L2, 1 P2P loads"
+    )
+    # Loads from another L2 adapter (a disk, a store) are not a peer's.
+    other = {("lmcache_mp_l2_load_completed_requests_total", (("l2_name", "fs"),)): 5.0}
+    assert PeerReuse.between(before, (after[0], after[1] | other)).p2p_loads == 1.0
