@@ -91,7 +91,7 @@ def send(signame: str, service: str, *, tree: bool) -> int:
     for pid in _tree(command) if tree else [command]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-            print(f"{LINE_PREFIX}sent {signum.name} to {service} (pid {pid})", file=sys.stderr)
+            print(f"{LINE_PREFIX}sent {signum.name} to {service} (pid {pid})", flush=True)
     return 0
 
 

@@ -83,7 +83,7 @@ def test_the_signal_mode_crashes_the_command_not_the_supervisor() -> None:
     time.sleep(0.5)  # the pid file is written
     sent = _signal(service, "KILL")
     assert sent.returncode == 0, sent.stderr
-    assert f"sent SIGKILL to {service}" in sent.stderr
+    assert f"sent SIGKILL to {service}" in sent.stdout
     _, stderr = child.communicate(timeout=10)
     assert child.returncode == 137  # seen as a crash: the runtime restarts it
     assert f"{service} was killed by SIGKILL" in stderr
@@ -96,8 +96,8 @@ def test_the_signal_mode_stops_and_continues_the_whole_tree() -> None:
     time.sleep(0.5)
     sent = _signal(service, "STOP", "--tree")
     assert sent.returncode == 0, sent.stderr
-    assert sent.stderr.count("sent SIGSTOP") == 2  # sh and its sleep
-    pids = [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in sent.stderr.splitlines()]
+    assert sent.stdout.count("sent SIGSTOP") == 2  # sh and its sleep
+    pids = [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in sent.stdout.splitlines()]
     assert all(_state(pid) == "T" for pid in pids)
     assert _signal(service, "CONT", "--tree").returncode == 0
     assert all(_state(pid) != "T" for pid in pids)

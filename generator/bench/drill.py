@@ -61,6 +61,7 @@ class DrillResult:
     samples: list[Sample] = field(default_factory=list)
     verdict_after: bool | None = None  # the smoke verdict once the service was back
     verdict_after_s: float | None = None  # since the fault
+    verdict_after_rows: list[dict[str, Any]] = field(default_factory=list)
     last_exit: str | None = None  # the service's, from `status`
     injected: str = ""  # what the signal step printed
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
@@ -91,14 +92,18 @@ class DrillResult:
             else None,
             "recovered_after_s": None if back is None else back - fault,
             "verdict_after_s": self.verdict_after_s,
-            "restarts": max((s.restarts for s in self.samples), default=0),
+            "restarts": max((s.restarts for s in self.samples), default=0)
+            - self._restarts_before(),
         }
+
+    def _restarts_before(self) -> int:
+        before = [s.restarts for s in self.samples if s.at_s < self.fault_at_s]
+        return before[-1] if before else 0
 
     def back_at(self) -> float | None:
         """The first look after the fault at which the service was whole again, having been
         out since (down, unhealthy, out of rotation, or restarted between two looks)."""
-        before = [s.restarts for s in self.samples if s.at_s < self.fault_at_s]
-        restarts = before[-1] if before else 0
+        restarts = self._restarts_before()
         after = [s for s in self.samples if s.at_s >= self.fault_at_s]
         left = next(
             (i for i, s in enumerate(after) if not _whole(s) or s.restarts > restarts), None
@@ -224,12 +229,15 @@ def _await_recovery(
         reporter.event(EventLevel.FAILED, f"{fault_service(result)}: not back after the fault")
         return
     try:
-        smoke(context)
+        smoke(context, again="after-fault")
         result.verdict_after = True
     except StackError as error:
         reporter.event(EventLevel.WARN, f"verdict after the fault: {error.message}")
         result.verdict_after = False
     result.verdict_after_s = time.monotonic() - origin - result.fault_at_s
+    if context.verdict is not None:
+        result.verdict_after_rows = context.verdict.as_dict().get("rows", [])
+        reporter.verdict(context.plan, context.verdict)
 
 
 def fault_service(result: DrillResult) -> str:

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from python_on_whales import Container
@@ -20,6 +21,8 @@ from generator.supervise import LINE_PREFIX as SUPERVISOR_PREFIX
 __all__ = ["ComposeStack", "OneOff", "ServiceState"]
 
 _EXIT_LINE_TAIL = 50  # the supervisor's line comes after the command's last words
+# Docker restarts a container within its backoff (0.1 s doubling, at most a minute) of its exit.
+_BEFORE_RESTART = timedelta(seconds=90)
 
 
 class ComposeStack:
@@ -101,11 +104,16 @@ class ComposeStack:
     def _last_exit(self, container: Container) -> str:
         """The supervisor's last line in the container's log; else Docker's exit code. An
         exited container whose restarts are used up says so."""
-        # A running container's log goes on past its last exit: read up to its current start.
-        running = str(container.state.status) == "running"
-        until = container.state.started_at if running else None
+        # A running container's log goes on past its last exit: read the seconds before its
+        # current start (docker applies --tail before --until, so no tail there).
+        started = container.state.started_at
         with translated(f"reading the log of {container.name}", hint=self._engine_hint()):
-            tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL, until=until)
+            if str(container.state.status) == "running" and started is not None:
+                tail = self._client.container.logs(
+                    container.name, since=started - _BEFORE_RESTART, until=started
+                )
+            else:
+                tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL)
         text = tail if isinstance(tail, str) else ""
         lines = [line for line in text.splitlines() if line.startswith(SUPERVISOR_PREFIX)]
         reason = lines[-1].removeprefix(SUPERVISOR_PREFIX) if lines else None

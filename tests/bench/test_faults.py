@@ -101,6 +101,16 @@ def test_a_restart_between_two_looks_still_counts_as_out() -> None:
     assert _result(OUTCOMES, samples).back_at() == pytest.approx(40.0)
 
 
+def test_restarts_count_from_the_fault() -> None:
+    # A service restarted once before this drill: only the drill's own restart counts.
+    samples = [
+        _look(9.0, restarts=1),
+        _look(11.0, "restarting", restarts=2),
+        _look(40.0, restarts=2),
+    ]
+    assert _result(OUTCOMES, samples).summary()["restarts"] == 1
+
+
 def test_a_service_never_out_is_not_recovered() -> None:
     assert _result(OUTCOMES, [_look(9.0), _look(40.0)]).back_at() is None
 

@@ -19,7 +19,9 @@ _GET = [
 ]
 
 
-def smoke(context: RunContext) -> str:
+def smoke(context: RunContext, *, again: str | None = None) -> str:
+    """The smoke verdict; ``again`` names a later one (after a fault, say): its prompt is
+    its own, so that no cache holds it from the first."""
     from generator.probes import run_smoke
 
     def logs(services: list[str]) -> str:
@@ -28,10 +30,9 @@ def smoke(context: RunContext) -> str:
     def read_inside(service: str, url: str) -> str:
         return context.host_of(service).runtime.execute(service, [*_GET, url])
 
-    result = run_smoke(
-        context.plan, nonce=context.record.run_id, read_inside=read_inside, logs=logs
-    )
-    context.record.add_result("smoke", result.as_dict())
+    nonce = context.record.run_id + (f"-{again}" if again else "")
+    result = run_smoke(context.plan, nonce=nonce, read_inside=read_inside, logs=logs)
+    context.record.add_result(f"smoke-{again}" if again else "smoke", result.as_dict())
     context.verdict = result
     if not result.passed:
         failed = [row.check for row in result.rows if row.passed is False]
