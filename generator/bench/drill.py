@@ -27,7 +27,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
 from generator.probes.readiness import router_of_plan
-from generator.spec import RouterKind
+from generator.routers import router_of
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
@@ -203,8 +203,10 @@ def _watch(
 
 def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
     """Our proxy says which backends are in rotation (xpyd_proxy_backend_healthy)."""
-    if plan.router.kind is not RouterKind.PROXY or service == plan.router.service:
-        return lambda: None
+    engines = {engine.name for engine in plan.engines}
+    metric = router_of(plan).rotation_metric
+    if metric is None or service not in engines:
+        return lambda: None  # a router routes to engines only
     url = f"{router_of_plan(plan).url}/metrics"
 
     def read() -> bool | None:
@@ -213,7 +215,7 @@ def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
                 samples = client.scrape(plan.router.service, url)
             except XpydError:
                 return None
-        return metric_sum(samples, "xpyd_proxy_backend_healthy", {"backend": service}) > 0
+        return metric_sum(samples, metric, {"backend": service}) > 0
 
     return read
 

@@ -5,7 +5,9 @@ makes a decoder read KV nobody else will (lmcache-pd)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -14,7 +16,7 @@ from generator.proxy.config import DecoderConfig
 from generator.proxy.context import Context
 from generator.proxy.errors import ProxyError
 from generator.proxy.exchange import CONNECT_ERRORS, JSON_TYPE, Exchange, sendable
-from generator.proxy.failover import is_lost, lost_error, waiting_on
+from generator.proxy.failover import lost_backend, lost_error, waiting_on
 from generator.proxy.lmcache_pd import StreamConverter, merge_json
 from generator.proxy.replies import read_answer, read_json
 from generator.proxy.routing import Backend
@@ -49,23 +51,33 @@ async def decode(
     decoder: Backend[DecoderConfig],
     *,
     converter: StreamConverter | None,
+    kv_from: Backend[Any] | None = None,
 ) -> web.StreamResponse:
+    """``kv_from``: the prefiller the decoder pulls the KV from (nixl-mp), which the request
+    depends on too until its answer starts."""
     decoder.outstanding += 1
     ctx.metrics.of(ctx.metrics.backend_requests, "decode", decoder.name).inc()
+    pulling = (
+        waiting_on(kv_from, while_=lambda: not exchange.started)
+        if kv_from is not None
+        else contextlib.nullcontext()
+    )
     try:
-        with waiting_on(decoder):
+        with waiting_on(decoder), pulling:
             return await _post_decode(
                 ctx, exchange, endpoint, payload, decoder, converter=converter
             )
     except asyncio.CancelledError as exc:
-        if not is_lost(exc):
+        lost = lost_backend(exc)
+        if lost is None:
             raise
-        ctx.metrics.of(ctx.metrics.errors, "decode_lost", decoder.name).inc()
+        side = "decode" if lost == decoder.name else "prefill"
+        ctx.metrics.of(ctx.metrics.errors, f"{side}_lost", lost).inc()
         if exchange.started:  # the answer began: cut it (an answer cannot be replaced now)
             if exchange.request.transport is not None:
                 exchange.request.transport.abort()
             raise
-        raise lost_error("decode", decoder.name) from None
+        raise lost_error(side, lost) from None
     finally:
         decoder.outstanding -= 1
 

@@ -34,7 +34,7 @@ from generator.proxy.context import Context
 from generator.proxy.decode import decode, drain_kv
 from generator.proxy.errors import ProxyError
 from generator.proxy.exchange import CONNECT_ERRORS, JSON_TYPE, Exchange, sendable
-from generator.proxy.failover import is_lost, lost_error, migratable, waiting_on
+from generator.proxy.failover import lost_backend, lost_error, migratable, waiting_on
 from generator.proxy.lmcache_pd import (
     DECODER_DROPS,
     FirstToken,
@@ -145,7 +145,9 @@ async def _attempt(
         params = prefilled.get("kv_transfer_params")
         fields = {"kv_transfer_params": params} if params is not None else {}
         payload, exchange.decode = append_fields(exchange.decode, fields), b""
-        return await decode(ctx, exchange, exchange.endpoint, payload, decoder, converter=None)
+        return await decode(
+            ctx, exchange, exchange.endpoint, payload, decoder, converter=None, kv_from=prefiller
+        )
     return await _decode_after_first_token(ctx, exchange, prefilled, prefiller, decoder)
 
 
@@ -242,7 +244,7 @@ async def _prefill_once(
         with waiting_on(prefiller):
             answer = await _post_prefill(ctx, exchange, prefiller)
     except asyncio.CancelledError as exc:
-        if not is_lost(exc):
+        if lost_backend(exc) is None:
             raise
         ctx.metrics.of(ctx.metrics.errors, "prefill_lost", prefiller.name).inc()
         raise lost_error("prefill", prefiller.name) from None
@@ -298,7 +300,7 @@ async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -
         with waiting_on(prefiller):  # a prefiller lost while it pushes sends no notice
             await ctx.notices.wait(exchange.kv_id, ctx.config.timeouts.kv_notice_s)
     except asyncio.CancelledError as exc:
-        if not is_lost(exc):
+        if lost_backend(exc) is None:
             raise
         raise lost_error("prefill", prefiller.name) from None
     except NoticeTimeout as exc:

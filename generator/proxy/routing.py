@@ -40,7 +40,8 @@ class Backend(Generic[C]):
     failures: int = 0
     checks_failed: int = 0  # failed health checks in a row
     # The request tasks waiting on this backend now (failover.py gives them up if it is lost).
-    waiting: set[asyncio.Task[object]] = field(default_factory=set)
+    # Each with what says it still depends on this backend.
+    waiting: dict[asyncio.Task[object], Callable[[], bool]] = field(default_factory=dict)
     # vLLM's max_model_len from its /v1/models (None until read): the proxy checks token
     # counts against it before a prefill pushes KV that the decoder would then refuse.
     max_model_len: int | None = None

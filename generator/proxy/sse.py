@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from generator.proxy import fastjson
-from generator.proxy.failover import is_lost
+from generator.proxy.failover import lost_backend
 from generator.proxy.lmcache_pd import StreamConverter
 from generator.proxy.metrics import ProxyMetrics
 
@@ -74,7 +74,7 @@ async def relay_stream(
             await _write(request, out, opening, idle_s)
             failure = await _copy(request, reply, out, converter, idle_s)
         except asyncio.CancelledError as exc:
-            if not is_lost(exc):
+            if lost_backend(exc) is None:
                 raise
             failure = "decode_lost"
         if failure is not None:
@@ -214,7 +214,7 @@ async def _copy(
     except ValueError:  # the converter met something that is not a completion event
         return "decode_stream"
     except asyncio.CancelledError as exc:
-        if not is_lost(exc):
+        if lost_backend(exc) is None:
             raise
         return "decode_lost"  # failed its health checks mid-answer (stopped, or gone)
     return None

@@ -85,6 +85,12 @@ class RouterUnit(Protocol):
         """How it names the prefill/decode pair it chose: in the response id, or headers."""
         ...
 
+    @property
+    def rotation_metric(self) -> str | None:
+        """The gauge on its /metrics that is 1 while an engine (label ``backend``) is in
+        rotation; None if it publishes none."""
+        ...
+
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]: ...
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> RouterPlan:

@@ -42,6 +42,7 @@ class Proxy:
     policies = tuple(POLICIES)  # the proxy's own registry: router.yaml reads the same
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
     stamp: Literal["response-id", "headers"] = "headers"
+    rotation_metric = "xpyd_proxy_backend_healthy"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if topology_unit(spec.topology).router_protocol == "none":

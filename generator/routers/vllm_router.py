@@ -63,6 +63,7 @@ class VllmRouter:
     )
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK)
     stamp: Literal["response-id", "headers"] = "response-id"
+    rotation_metric = None  # 0.1.17 publishes no per-worker health
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if topology_unit(spec.topology).router_protocol == "lmcache-pd":

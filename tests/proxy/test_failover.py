@@ -170,6 +170,32 @@ async def test_a_prefill_on_a_prefiller_that_stops_goes_to_another(
     await server.close()
 
 
+async def test_a_decode_pulling_from_a_prefiller_that_dies_goes_through_another_pair(
+    backends: list[FakeBackend],
+) -> None:
+    # nixl-mp: the decoder pulls the KV from the prefiller; one that died leaves the pull
+    # hanging (the stand-in decoder hangs), so the request is given up when the prefiller is.
+    p0, p1, d0, d1 = backends
+    d0.misbehave = "hang"
+    proxy, server = await serve(migrating([p0, p1], [d0, d1]))
+    # Only the prefiller fails its checks; the decoder still answers /health.
+    losing = asyncio.create_task(_unhealthy_when(p0, lambda: d0.in_flight == 1))
+    status, headers, raw = await post(server, "/v1/completions", BODY)
+    await losing
+    assert status == 200, raw
+    assert (headers["X-Xpyd-Prefill"], headers["X-Xpyd-Decode"]) == ("p1", "d1")
+    await eventually(lambda: d0.cancelled == 1)  # the hung pull was closed
+    assert migrations(proxy, "prefill", "prefill_lost") == 1
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def _unhealthy_when(backend: FakeBackend, condition: Any) -> None:
+    await eventually(condition)
+    await asyncio.sleep(0.2)
+    backend.healthy = False
+
+
 async def test_a_client_that_leaves_is_not_taken_for_a_lost_backend(
     backends: list[FakeBackend],
 ) -> None:
