@@ -62,6 +62,10 @@ class DrillResult:
     verdict_after: bool | None = None  # the smoke verdict once the service was back
     verdict_after_s: float | None = None  # since the fault
     verdict_after_rows: list[dict[str, Any]] = field(default_factory=list)
+    # The verdict as the load ends, while the service may still be coming back: does the
+    # stack serve without it?
+    verdict_during: bool | None = None
+    verdict_during_s: float | None = None  # since the fault
     last_exit: str | None = None  # the service's, from `status`
     injected: str = ""  # what the signal step printed
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
@@ -92,6 +96,7 @@ class DrillResult:
             else None,
             "recovered_after_s": None if back is None else back - fault,
             "verdict_after_s": self.verdict_after_s,
+            "verdict_during_s": self.verdict_during_s,
             "restarts": max((s.restarts for s in self.samples), default=0)
             - self._restarts_before(),
         }
@@ -152,6 +157,10 @@ def run_drill(
     )
     result.outcomes = run_load(load)
     injector.join()
+    if not _whole_now(result):
+        result.verdict_during, result.verdict_during_s = _verdict(
+            context, reporter, "during-recovery", origin, result.fault_at_s
+        )
     _await_recovery(result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * wait_scale)
     stop.set()
     watcher.join()
@@ -230,16 +239,29 @@ def _await_recovery(
     if result.back_at() is None:
         reporter.event(EventLevel.FAILED, f"{fault_service(result)}: not back after the fault")
         return
-    try:
-        smoke(context, again="after-fault")
-        result.verdict_after = True
-    except StackError as error:
-        reporter.event(EventLevel.WARN, f"verdict after the fault: {error.message}")
-        result.verdict_after = False
-    result.verdict_after_s = time.monotonic() - origin - result.fault_at_s
+    result.verdict_after, result.verdict_after_s = _verdict(
+        context, reporter, "after-fault", origin, result.fault_at_s
+    )
     if context.verdict is not None:
         result.verdict_after_rows = context.verdict.as_dict().get("rows", [])
         reporter.verdict(context.plan, context.verdict)
+
+
+def _whole_now(result: DrillResult) -> bool:
+    return bool(result.samples) and _whole(result.samples[-1]) and result.back_at() is not None
+
+
+def _verdict(
+    context: RunContext, reporter: Reporter, name: str, origin: float, fault_at_s: float
+) -> tuple[bool, float]:
+    """The smoke verdict with a prompt of its own: passed, and when (since the fault)."""
+    try:
+        smoke(context, again=name)
+        passed = True
+    except StackError as error:
+        reporter.event(EventLevel.WARN, f"verdict ({name}): {error.message}")
+        passed = False
+    return passed, time.monotonic() - origin - fault_at_s
 
 
 def fault_service(result: DrillResult) -> str:

@@ -60,6 +60,7 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"| last failed request ended after | {_seconds(s['last_failure_after_s'])} |",
         f"| service whole again after | {_seconds(s['recovered_after_s'])} |",
         f"| restarts | {s['restarts']} |",
+        f"| verdict as the load ended | {_during(result)} |",
         f"| verdict after the fault | {verdict[result.verdict_after]}"
         f" ({_seconds(s['verdict_after_s'])} after the fault) |",
         "",
@@ -71,6 +72,13 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
     ]
     lines += [f"| {second} | {ok} | {failed} |" for second, ok, failed in per_second(result)]
     return "\n".join(lines) + "\n"
+
+
+def _during(result: DrillResult) -> str:
+    if result.verdict_during is None:
+        return "not run (the service was whole again)"
+    passed = "PASS" if result.verdict_during else "FAIL"
+    return f"{passed} ({_seconds(result.verdict_during_s)} after the fault, the service not back)"
 
 
 def _plot(result: DrillResult, path: Path) -> None:

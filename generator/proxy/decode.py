@@ -115,6 +115,9 @@ async def _post_decode(
         ctx.metrics.of(ctx.metrics.errors, "decode_connect", decoder.name).inc()
         ctx.log.warning("%s: %s", decoder.name, exc)
         raise ProxyError(502, "decode_unreachable", f"{decoder.name} unreachable") from exc
+    except aiohttp.ClientOSError as exc:  # reset before its answer (a decoder killed mid-read)
+        ctx.metrics.of(ctx.metrics.errors, "decode_reset", decoder.name).inc()
+        raise ProxyError(502, "decode_failed", f"{decoder.name} reset the connection") from exc
     except TimeoutError as exc:
         ctx.metrics.of(ctx.metrics.errors, "decode_timeout", decoder.name).inc()
         raise ProxyError(504, "decode_timeout", f"{decoder.name} did not finish in time") from exc

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,8 +26,18 @@ from aiohttp.test_utils import TestServer
 #   html_500      500 with an HTML page that names its own address
 #   json_400      vLLM's 400 error body, its message naming its own URL
 #   garbage_sse   200 event stream whose events are not JSON
+#   reset         resets the connection (RST) before answering (a backend killed mid-request)
 Misbehaviour = Literal[
-    "hang", "stall", "flood", "html", "html_500", "json_400", "garbage_sse", "json_list", "json_cut"
+    "hang",
+    "stall",
+    "flood",
+    "html",
+    "html_500",
+    "json_400",
+    "garbage_sse",
+    "json_list",
+    "json_cut",
+    "reset",
 ]
 
 
@@ -102,6 +114,13 @@ class FakeBackend:
             pass  # neither parsed nor kept: tests measure the proxy's memory, not ours
         page = f"<html><body>bad gateway at {self.url}</body></html>"
         if how == "hang":
+            await asyncio.sleep(3600)
+        if how == "reset":
+            transport = request.transport
+            assert transport is not None
+            sock = transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.close()  # with a zero linger: RST, as from a process that died
             await asyncio.sleep(3600)
         if how == "html":
             return web.Response(text=page, content_type="text/html")

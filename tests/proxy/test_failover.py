@@ -56,6 +56,20 @@ async def test_a_decoder_that_answers_500_is_replaced_by_another(
     await server.close()
 
 
+@pytest.mark.parametrize("side", ["prefill", "decode"])
+async def test_a_backend_that_resets_the_connection_is_replaced_by_another(
+    backends: list[FakeBackend], side: str
+) -> None:
+    p0, p1, d0, d1 = backends
+    (p0 if side == "prefill" else d0).misbehave = "reset"
+    proxy, server = await serve(migrating([p0, p1], [d0, d1]))
+    status, headers, raw = await post(server, "/v1/completions", BODY)
+    assert status == 200, raw
+    assert headers[f"X-Xpyd-{side.title()}"] == f"{side[0]}1"
+    assert migrations(proxy, side, f"{side}_failed") == 1
+    await server.close()
+
+
 async def test_a_decoder_that_is_gone_is_replaced_by_another(
     backends: list[FakeBackend],
 ) -> None:
