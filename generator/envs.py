@@ -115,11 +115,37 @@ def _make_venv(
     _run(make, on_line, f"making {venv}")
     if recipe.system_site_packages:
         _see_base_venv(recipe.base, python)
-    install = [*_pip(recipe.base, python), "install", "--no-deps", "--progress-bar", "off"]
-    if recipe.find_links is not None:
-        install += ["--no-index", "--find-links", str(recipe.find_links)]
-    _run([*install, "-r", str(lock)], on_line, f"installing {lock.name} into {venv}")
+    what = f"installing {lock.name} into {venv}"
+    if recipe.find_links is not None and not recipe.system_site_packages:
+        _uv_install(python, lock, recipe.find_links, on_line, what)
+    else:
+        install = [*_pip(recipe.base, python), "install", "--no-deps", "--progress-bar", "off"]
+        if recipe.find_links is not None:
+            install += ["--no-index", "--find-links", str(recipe.find_links)]
+        _run([*install, "-r", str(lock)], on_line, what)
     marker.write_text("complete\n", encoding="utf-8")
+
+
+def _uv_install(
+    python: Path, lock: Path, wheels: Path, on_line: Callable[[str], None], what: str
+) -> None:
+    """The lock from a folder of wheels, with no index: uv, which unpacks in parallel (the
+    cpu engine lock: 83 s where pip took 170 s, 2 shared AMD EPYC cores). Only here: pip
+    skips what a --system-site-packages base already has, uv does not, and uv ignores pip's
+    index config. pip's semantics kept: --no-deps, hashes required where the lock has them,
+    bytecode compiled (a Python run with PYTHONDONTWRITEBYTECODE would recompile at every
+    start; compiling is 63 of uv's 83 s)."""
+    from uv import find_uv_bin
+
+    install = [find_uv_bin(), "pip", "install", "--python", str(python), "--no-config"]
+    install += ["--no-deps", "--no-index", "--find-links", str(wheels), "--compile-bytecode"]
+    if "--hash=" in lock.read_text(encoding="utf-8"):
+        install.append("--require-hashes")
+    # A cache of its own beside the venv, gone after: hard links from it cost no disk, and
+    # the venv fixes that patch files in place cannot reach a cache a later install reads.
+    beside_venv = python.parent.parent.parent
+    with tempfile.TemporaryDirectory(prefix=".uv-cache-", dir=beside_venv) as cache:
+        _run([*install, "--cache-dir", cache, "-r", str(lock)], on_line, what)
 
 
 # The site-packages of a Python that is itself a venv (a GPU host's torch venv, say): venv's

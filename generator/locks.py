@@ -106,11 +106,11 @@ def resolve_gpu_lock(
 
 
 def _uv() -> str:
-    # The dev extra pins uv next to this interpreter; PATH is the fallback.
+    # pyproject pins uv next to this interpreter; PATH is the fallback.
     beside = Path(sys.executable).parent / "uv"
     found = str(beside) if beside.is_file() else shutil.which("uv")
     if found is None:
-        raise XpydError("uv not found", hint='pip install -e ".[dev]" (it pins uv)')
+        raise XpydError("uv not found", hint="pip install -e . (it pins uv)")
     return found
 
 

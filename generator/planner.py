@@ -40,11 +40,14 @@ def make_plan(spec: Spec) -> Plan:
         _plan_engine(spec, book, network, slot, views.get(slot), topology=topology)
         for slot in slots
     ]
-    sidecars = tuple(sidecar for engine in engines for sidecar in topology.sidecars(engine))
+    settings = topology.plan_settings(spec, book)
+    sidecars = settings.stack_sidecars() + tuple(
+        sidecar for engine in engines for sidecar in topology.sidecars(engine)
+    )
     services = _services_by_host(engines, sidecars, router)
     plan = Plan(
         stack=spec.name,
-        topology=topology.plan_settings(spec),
+        topology=settings,
         profile=spec.profile,
         runtime=spec.runtime,
         process=spec.process if processes else None,
@@ -172,12 +175,16 @@ def _claim_http(spec: Spec, book: PortBook, slot: Slot, name: str) -> int:
 def _services_by_host(
     engines: list[EnginePlan], sidecars: tuple[SidecarPlan, ...], router: RouterPlan
 ) -> dict[str, list[str]]:
-    """Each host's services in start order: an engine's sidecars, then the engine; the
-    router last (one pass: plans of thousands of engines stay linear)."""
-    sidecars_of: dict[str, list[str]] = {}
-    for sidecar in sidecars:
-        sidecars_of.setdefault(sidecar.engine, []).append(sidecar.service)
+    """Each host's services in start order: the stack's own sidecars, then each engine's
+    sidecars and the engine; the router last (one pass: plans of thousands of engines stay
+    linear)."""
+    sidecars_of: dict[str | None, list[str]] = {}
     services: dict[str, list[str]] = {}
+    for sidecar in sidecars:
+        if sidecar.engine is None:
+            services.setdefault(sidecar.host, []).append(sidecar.service)
+        else:
+            sidecars_of.setdefault(sidecar.engine, []).append(sidecar.service)
     for engine in engines:
         services.setdefault(engine.host, []).extend(
             [*sidecars_of.get(engine.name, ()), engine.name]

@@ -1,14 +1,20 @@
 """generator/envs.py pieces that need no lock install: where the process runtime's Pythons
 and models live, and a venv made from a Python that is itself a venv seeing its packages
-(a GPU host's torch venv). `env` itself runs for real in tests/integration/test_process_stacks."""
+(a GPU host's torch venv), and the wheelhouse install (uv) keeping pip's semantics on a
+hand-made wheel. `env` itself runs for real in tests/integration/test_process_stacks."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-from generator.envs import _see_base_venv, default_pythons, model_dir
+import pytest
+
+from generator.envs import _make_venv, _see_base_venv, _VenvRecipe, default_pythons, model_dir
+from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.spec import Profile
@@ -36,3 +42,66 @@ def test_a_venv_from_a_venv_sees_the_base_venvs_packages(tmp_path: Path) -> None
     _see_base_venv(Path(sys.executable), python)
     found = subprocess.run(probe, capture_output=True, text=True, check=True).stdout
     assert found.startswith(sys.prefix)  # the base venv's own copy
+
+
+def tiny_wheel(folder: Path, name: str = "xpyd_tiny") -> Path:
+    """A one-module wheel that depends on a package no folder holds (--no-deps must hold);
+    the same bytes every time (fixed dates), so its hash can be pinned."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    files = {
+        f"{name}.py": "ANSWER = 42\n",
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: xpyd-absent\n"
+        ),
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+        f"{info}/RECORD": "",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), text)
+    return wheel
+
+
+def make_from_wheelhouse(root: Path, lock_text: str) -> Path:
+    wheels = root / "wheels"
+    tiny_wheel(wheels)
+    tiny_wheel(wheels, "xpyd_other")
+    lock = root / "lock.txt"
+    lock.write_text(lock_text, encoding="utf-8")
+    python = root / "env" / "v" / "bin" / "python"
+    recipe = _VenvRecipe(Path(sys.executable), wheels, system_site_packages=False)
+    _make_venv(python, lock, recipe, lambda line: None)
+    return python
+
+
+def test_a_wheelhouse_install_takes_no_deps_compiles_bytecode_and_leaves_no_cache(
+    tmp_path: Path,
+) -> None:
+    python = make_from_wheelhouse(tmp_path, "xpyd-tiny==1.0\n")
+    probe = [str(python), "-c", "import xpyd_tiny; print(xpyd_tiny.ANSWER)"]
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout == "42\n"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = python.parent.parent / "lib" / version / "site-packages"
+    assert list((site / "__pycache__").glob("xpyd_tiny.*.pyc"))
+    assert not (site / "xpyd_other.py").exists()  # only what the lock names
+    assert [p.name for p in (tmp_path / "env").iterdir()] == ["v"]  # the install's cache: gone
+
+
+def test_a_wheelhouse_install_refuses_a_wheel_whose_hash_differs(tmp_path: Path) -> None:
+    with pytest.raises(XpydError, match="Hash mismatch"):
+        make_from_wheelhouse(tmp_path, f"xpyd-tiny==1.0 --hash=sha256:{'0' * 64}\n")
+
+
+def test_a_wheelhouse_install_needs_a_hash_for_every_pin_once_one_has_one(
+    tmp_path: Path,
+) -> None:
+    digest = hashlib.sha256(tiny_wheel(tmp_path / "probe").read_bytes()).hexdigest()
+    hashed = f"xpyd-tiny==1.0 --hash=sha256:{digest}\n"
+    # pip's hash-checking mode: once one pin has a hash, every pin needs one.
+    with pytest.raises(XpydError, match="all requirements must have a hash"):
+        make_from_wheelhouse(tmp_path / "mixed", f"{hashed}xpyd-other==1.0\n")
+    assert make_from_wheelhouse(tmp_path / "all", hashed).is_file()

@@ -1,4 +1,5 @@
-"""`bench`: the P/D stack (or, with --policies, the stack once per routing policy), then
+"""`bench`: the P/D stack (or, with --policies, the stack once per routing policy; with --p2p,
+once with LMCache P2P on and once off), then
 (with a baseline) its colocated twin on the same resources, each benchmarked at the same load
 points, one after the other; then the report.
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from generator.bench.arms import ArmOptions, LoadPoint, remove_stack, run_arm
+from generator.bench.p2p_arms import p2p_arms
 from generator.bench.plots import draw_plots
 from generator.bench.policies import PolicyArm, arms_of
 from generator.bench.report import BenchReport, write_report
@@ -43,6 +45,7 @@ class BenchJob:
     down: bool  # remove the P/D stack at the end (always, with a baseline)
     folder: Path
     policies: tuple[PolicyArm, ...] = ()  # one P/D arm per policy instead of the stack's own
+    p2p: tuple[bool, ...] = ()  # one P/D arm per LMCache P2P state (on, off)
 
     def arm_plans(self) -> list[tuple[str, Plan]]:
         """Every arm's name and plan, in the order they run (all planned before any starts:
@@ -50,6 +53,8 @@ class BenchJob:
         arms = [("pd", self.plan)]
         if self.policies:
             arms = [(name, make_plan(spec)) for name, spec in arms_of(self.spec, self.policies)]
+        elif self.p2p:
+            arms = [(name, make_plan(spec)) for name, spec in p2p_arms(self.spec, self.p2p)]
         if self.baseline:
             arms.append(("colocated", make_plan(baseline_spec(self.spec, self.plan))))
         return arms

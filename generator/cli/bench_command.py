@@ -102,6 +102,15 @@ def parse_policies(text: str) -> tuple[PolicyArm, ...]:
         raise typer.BadParameter(str(exc), param_hint="--policies") from None
 
 
+def _parse_p2p(text: str) -> tuple[bool, ...]:
+    from generator.bench.p2p_arms import parse_p2p
+
+    try:
+        return parse_p2p(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--p2p") from None
+
+
 def dataset_settings(
     settings: BenchSettings,
     dataset: str | None,
@@ -257,6 +266,15 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    p2p: Annotated[
+        str | None,
+        typer.Option(
+            "--p2p",
+            help="nixl-mp: compare LMCache P2P KV sharing on and off (on,off): the stack once "
+            "each, one after the other (with --dataset prefix-repetition: what sharing buys).",
+            show_default=False,
+        ),
+    ] = None,
     down: Annotated[
         bool,
         typer.Option("--down", help="Remove the P/D stack at the end (always with a baseline)."),
@@ -339,6 +357,9 @@ def bench(
     if run_id is not None:
         check_run_id(run_id)
     arms = parse_policies(policies) if policies is not None else ()
+    p2p_states = _parse_p2p(p2p) if p2p is not None else ()
+    if arms and p2p_states:
+        raise typer.BadParameter("compare policies or P2P states, not both", param_hint="--p2p")
     workspace = find_workspace()
     spec = load_spec(
         workspace.stack_file(stack), [*(set_ or []), *runtime_overrides(runtime, python)]
@@ -399,6 +420,7 @@ def bench(
         down=down,
         folder=workspace.runs_dir / (run_id or new_run_id(f"{plan.stack}-bench")),
         policies=arms,
+        p2p=p2p_states,
     )
     job.arm_plans()  # every arm's spec and plan checked before anything starts
     if plan.runtime is Runtime.COMPOSE:

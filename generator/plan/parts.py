@@ -24,6 +24,7 @@ __all__ = [
     "NixlMPEngineKV",
     "NixlMPTopology",
     "NoKV",
+    "P2PPlan",
     "ProxyRouterPlan",
     "RouterPlan",
     "SidecarPlan",
@@ -59,6 +60,31 @@ class LMCachePDTopology(Frozen):
     buffer_device: Literal["cuda", "cpu"]
     backends: tuple[str, ...]
 
+    def stack_sidecars(self) -> tuple[SidecarPlan, ...]:
+        return ()
+
+
+class P2PPlan(Frozen):
+    """LMCache P2P (lmcache.p2p): the coordinator's place and the servers' shared settings."""
+
+    coordinator: str  # its service name
+    coordinator_host: str
+    coordinator_address: str  # its host's address (what servers reach with host networking)
+    coordinator_port: int
+    transfer_engine: Literal["nixl", "mooncake_te"]
+    lookup_timeout_s: float
+    load_timeout_s: float
+
+    def sidecar(self) -> SidecarPlan:
+        return SidecarPlan(
+            service=self.coordinator,
+            role="lmcache",  # the LMCache image runs it
+            engine=None,
+            host=self.coordinator_host,
+            health_port=self.coordinator_port,
+            health_path="/healthz",
+        )
+
 
 class NixlMPTopology(Frozen):
     kind: Literal[Topology.NIXL_MP] = Topology.NIXL_MP
@@ -69,10 +95,19 @@ class NixlMPTopology(Frozen):
     server_extra_args: tuple[str, ...] = ()
     # NIXL's direction (spec nixl.transfer); plan.json leaves out the default.
     transfer: Literal["pull", "push"] = Field("pull", exclude_if=lambda value: value == "pull")
+    # lmcache.p2p; None (off) is left out of plan.json.
+    p2p: P2PPlan | None = Field(None, exclude_if=lambda value: value is None)
+
+    def stack_sidecars(self) -> tuple[SidecarPlan, ...]:
+        """Services of the whole stack the engines' sidecars need: the P2P coordinator."""
+        return (self.p2p.sidecar(),) if self.p2p is not None else ()
 
 
 class ColocatedTopology(Frozen):
     kind: Literal[Topology.COLOCATED] = Topology.COLOCATED
+
+    def stack_sidecars(self) -> tuple[SidecarPlan, ...]:
+        return ()
 
 
 TopologyPlan = Annotated[
@@ -88,6 +123,8 @@ class LMCacheServerPlan(Frozen):
     zmq_port: int
     http_port: int
     metrics_port: int
+    # lmcache.p2p: the transfer channel it listens on and advertises (None: P2P off).
+    p2p_port: int | None = Field(None, exclude_if=lambda value: value is None)
 
 
 class NixlMPEngineKV(Frozen):
@@ -140,12 +177,13 @@ EngineKV = Annotated[
 
 
 class SidecarPlan(Frozen):
-    """A service an engine needs healthy before it starts (nixl-mp: its `lmcache server`):
-    the workflow starts and waits for these first."""
+    """A service an engine needs healthy before it starts (nixl-mp: its `lmcache server`; the
+    P2P coordinator, which every server needs): the workflow starts and waits for these
+    first."""
 
     service: str
     role: str  # its image role and label
-    engine: str
+    engine: str | None  # None: the stack's, no one engine's (the P2P coordinator)
     host: str
     health_port: int
     health_path: str

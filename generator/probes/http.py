@@ -28,6 +28,7 @@ __all__ = [
     "Transport",
     "backend_message",
     "metric_sum",
+    "parse_samples",
     "read_here",
 ]
 
@@ -167,17 +168,10 @@ class ProbeClient:
 
     def scrape(self, service: str, url: str) -> MetricSamples:
         """Every sample of a Prometheus endpoint, keyed by (name, sorted labels)."""
-        text = self.get_text(service, url)
-        samples: MetricSamples = {}
         try:
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    samples[(sample.name, tuple(sorted(sample.labels.items())))] = float(
-                        sample.value
-                    )
+            return parse_samples(self.get_text(service, url))
         except ValueError as exc:
             raise self.error(service, url, f"sent metrics that do not parse ({exc})") from exc
-        return samples
 
     def origin(self, service: str, url: str) -> Origin:
         return Origin(self.stack, service, httpx.URL(url).path)
@@ -223,6 +217,16 @@ def read_here(service: str, url: str) -> str:
     here; bridge containers reached on their 127.0.0.1-published ports)."""
     with ProbeClient("<stack>", timeout_s=10.0) as client:
         return client.get_text(service, url)
+
+
+def parse_samples(text: str) -> MetricSamples:
+    """Every sample of a Prometheus text page, keyed by (name, sorted labels); ValueError if
+    it does not parse."""
+    samples: MetricSamples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+    return samples
 
 
 def metric_sum(samples: MetricSamples, name: str, labels: Mapping[str, str] | None = None) -> float:

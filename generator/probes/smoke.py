@@ -19,6 +19,7 @@ from generator.probes.kv_speed import (
     transport_in_logs,
     wait_for_transfers,
 )
+from generator.probes.p2p import P2PServer, p2p_rows
 from generator.probes.readiness import Router, router_of_plan
 from generator.probes.requests import (
     Completion,
@@ -71,6 +72,7 @@ def run_smoke(
         after = _decode_metrics(client, plan)
         objects_after = _lmcache_objects(plan, sources, read_inside)
         stickiness = _stickiness_row(plan, client, router, headers)
+        p2p = _p2p_rows(plan, client, sources, nonce, read_inside)
     per_request = [("completion", kv_mid - kv_start), ("chat", kv_end - kv_mid)]
     ucx = transport_in_logs(plan, logs, per_request) if logs else None
     rows = [
@@ -80,9 +82,24 @@ def run_smoke(
         _stamp_row(plan, completion),
         _lmcache_row(plan, objects_before, objects_after),
         stickiness,
+        *p2p,
     ]
     transfers = tuple(_transfer(name, counters, ucx) for name, counters in per_request)
     return SmokeResult(rows, completion.text, chat_text, completion.prompt_tokens, transfers)
+
+
+def _p2p_rows(
+    plan: Plan, client: ProbeClient, sources: VerdictSources, nonce: str, read_inside: ReadInside
+) -> list[VerdictRow]:
+    """lmcache.p2p's rows, after the smoke's requests (a prompt of their size, its own)."""
+    if not sources.p2p_servers:
+        return []
+    engines = {engine.name: engine for engine in plan.engines}
+    servers = tuple(
+        P2PServer(engines[e], service, port) for e, service, port in sources.p2p_servers
+    )
+    prompt = sized_prompt(client, plan, nonce + "-p2p", sources.kv_prompt_tokens)
+    return p2p_rows(plan, client, servers, prompt=prompt, read_inside=read_inside)
 
 
 def _transfer(request: str, counters: KvCounters, transport: str | None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from generator.services.parts import (
     engine_service,
     lmcache_service,
     router_service,
+    stack_sidecar_service,
 )
 from generator.topologies import topology_of
 
@@ -67,6 +68,8 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef]) -> HostServices
         directory /= host
     services: list[Service] = []
     configs: list[ConfigFile] = []
+    for sidecar in (s for s in plan.sidecars if s.engine is None and s.host == host):
+        services.append(stack_sidecar_service(plan, sidecar, images[sidecar.role]))
     for engine in plan.engines_on(host):
         config = topology_of(plan).engine_config(plan, engine)
         configs += [config] if config is not None else []

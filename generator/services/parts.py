@@ -59,11 +59,13 @@ __all__ = [
     "gpu_env",
     "lmcache_service",
     "router_service",
+    "stack_sidecar_service",
 ]
 
 HF_HOME = "/root/.cache/huggingface"
 VLLM_CACHE = "/root/.cache/vllm"  # model-info and torch.compile caches: ~7 s (CPU) to minutes saved
 _START_PERIOD_S = {Profile.GPU: 900, Profile.CPU: 300}
+_LMCACHE_ENV = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
 _SHM_MIB = 1024  # Docker's 64 MiB /dev/shm breaks vLLM and LMCache
 _HF_TOKEN_PATH = "/run/secrets/hf_token"  # a secret, never an env value
 NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the cpu image's NIXL patch reads it
@@ -114,9 +116,29 @@ def lmcache_service(
     # The server copies KV to and from its engine's GPUs (CUDA IPC; LMCache finds the device by
     # UUID, so the engine's other visible GPUs do not matter): it sees exactly those.
     service = _computing(plan, service, devices=engine.gpus, cpus=(), rdma=False)
-    env = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
     health = _health(sidecar.health_port, sidecar.health_path, 120)
-    return replace(service, env=env, health=health, max_restarts=plan.recovery.max_restarts)
+    # The stack's sidecars on this host (the P2P coordinator) come up healthy first: a server
+    # with P2P on registers with it at start. Across hosts the workflow's order does it.
+    stack = [s.service for s in plan.sidecars if s.engine is None and s.host == engine.host]
+    return replace(
+        service,
+        env=_LMCACHE_ENV,
+        health=health,
+        depends_on=_healthy(stack),
+        max_restarts=plan.recovery.max_restarts,
+    )
+
+
+def stack_sidecar_service(plan: Plan, sidecar: SidecarPlan, image: ImageRef) -> Service:
+    """A service of the whole stack that the engines' sidecars need (the P2P coordinator):
+    no GPUs, no pinned cores."""
+    command = tuple(topology_of(plan).sidecar_command(plan, None, sidecar))
+    service = Service(sidecar.service, sidecar.host, sidecar.role, image, command)
+    service = _identity(plan, _networked(plan, service, [sidecar.health_port]), sidecar.service)
+    health = _health(sidecar.health_port, sidecar.health_path, 120)
+    return replace(
+        service, env=_LMCACHE_ENV, health=health, max_restarts=plan.recovery.max_restarts
+    )
 
 
 def router_service(plan: Plan, image: ImageRef, config: ConfigFile | None) -> Service:

@@ -269,9 +269,20 @@ class NixlSpec(StrictModel):
     transfer: Literal["pull", "push"] = "pull"
 
 
+class LMCacheP2PSpec(StrictModel):
+    """LMCache P2P KV sharing between the stack's `lmcache server`s (nixl-mp): a coordinator
+    keeps membership, every server advertises a transfer channel, and a server that misses
+    reads the chunk from a peer's L1 (one hop, read-only). Present: on."""
+
+    transfer_engine: Literal["nixl", "mooncake_te"] = "nixl"
+    lookup_timeout_s: float = Field(30.0, gt=0, le=3600)  # a slower peer lookup is a miss
+    load_timeout_s: float = Field(30.0, gt=0, le=3600)  # a slower peer load is a failure
+
+
 class LMCacheSpec(StrictModel):
     chunk_size: int = Field(256, ge=16, le=65536)
     server: LMCacheServerSpec | None = None
+    p2p: LMCacheP2PSpec | None = None  # nixl-mp only
     pd: LMCachePDSpec | None = None
 
 
@@ -411,6 +422,8 @@ class PortBases(StrictModel):
     lmcache_zmq: Port = 6555
     lmcache_http: Port = 8090
     lmcache_metrics: Port = 8190  # not 9090: Prometheus's own port on many GPU hosts
+    lmcache_coordinator: Port = 9300  # lmcache.p2p: the coordinator's HTTP port (LMCache's)
+    lmcache_p2p: Port = 8290  # lmcache.p2p: each server's transfer channel
     router_metrics: Port = 29000
 
 

@@ -101,6 +101,14 @@ LMCACHE_SERVER_FLAGS: Mapping[str, str] = {
     "--chunk-size": "lmcache.chunk_size",
     "--instance-id": "the engine's name (set by the planner)",
     "--supported-transfer-mode": "lmcache.server.supported_transfer_mode",
+    "--coordinator-url": "lmcache.p2p (the planner runs the coordinator)",
+    "--coordinator-advertise-ip": "lmcache.p2p (each server advertises its service address)",
+    "--p2p-advertise-url": "lmcache.p2p and ports.lmcache_p2p",
+    "--p2p-listen-url": "lmcache.p2p and ports.lmcache_p2p",
+    "--p2p-lookup-timeout": "lmcache.p2p.lookup_timeout_s",
+    "--p2p-load-timeout": "lmcache.p2p.load_timeout_s",
+    "--p2p-transfer-engine": "lmcache.p2p.transfer_engine",
+    "--l1-align-bytes": "lmcache.p2p (P2P wants 64 KiB; the tool sets it)",
 }
 
 _GPU = "placement.<role>.gpus or hosts[].gpus"

@@ -87,6 +87,8 @@ class VerdictSources:
     kv_prompt_tokens: int  # the smoke's KV-speed request: see ``kv_prompt_tokens``
     decode_rows: tuple[CounterRow, ...] = ()
     object_stores: tuple[tuple[str, int], ...] = ()  # (service, http port): LMCache /status
+    # lmcache.p2p: (engine, its server's service, the server's http port), in plan order.
+    p2p_servers: tuple[tuple[str, str, int], ...] = ()
 
 
 def kv_prompt_tokens(profile: Profile, chunk_size: int) -> int:
@@ -172,7 +174,10 @@ class TopologyUnit(Protocol):
         """Settings only this topology reads, found on a stack of another topology."""
         ...
 
-    def plan_settings(self, spec: Spec) -> TopologyPlan: ...
+    def plan_settings(self, spec: Spec, book: PortBook) -> TopologyPlan:
+        """The stack's settings, and the ports of the stack's own services (the P2P
+        coordinator), claimed after every engine's."""
+        ...
 
     def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> EngineKV:
         """Claims the engine's KV ports (in a fixed order: the plan must be deterministic)."""
@@ -180,8 +185,11 @@ class TopologyUnit(Protocol):
 
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]: ...
 
-    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
-        """The command of one of the engine's sidecars (those ``sidecars`` returned)."""
+    def sidecar_command(
+        self, plan: Plan, engine: EnginePlan | None, sidecar: SidecarPlan
+    ) -> list[str]:
+        """The command of one of the engine's sidecars (those ``sidecars`` returned), or of
+        one of the stack's (``engine`` None: the P2P coordinator)."""
         ...
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:

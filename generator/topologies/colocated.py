@@ -39,7 +39,7 @@ class Colocated:
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
         return iter(())  # it reads nothing the P/D topologies do not
 
-    def plan_settings(self, spec: Spec) -> ColocatedTopology:
+    def plan_settings(self, spec: Spec, book: PortBook) -> ColocatedTopology:
         return ColocatedTopology()
 
     def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> NoKV:
@@ -48,7 +48,9 @@ class Colocated:
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
         return ()
 
-    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+    def sidecar_command(
+        self, plan: Plan, engine: EnginePlan | None, sidecar: SidecarPlan
+    ) -> list[str]:
         raise no_sidecar(self.kind, sidecar)
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any] | None:

@@ -65,7 +65,7 @@ class LMCachePD:
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
         return foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
 
-    def plan_settings(self, spec: Spec) -> LMCachePDTopology:
+    def plan_settings(self, spec: Spec, book: PortBook) -> LMCachePDTopology:
         given = spec.lmcache.pd or LMCachePDSpec()
         return LMCachePDTopology(
             chunk_size=spec.lmcache.chunk_size,
@@ -97,7 +97,9 @@ class LMCachePD:
     def sidecars(self, engine: EnginePlan) -> tuple[SidecarPlan, ...]:
         return ()
 
-    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+    def sidecar_command(
+        self, plan: Plan, engine: EnginePlan | None, sidecar: SidecarPlan
+    ) -> list[str]:
         raise no_sidecar(self.kind, sidecar)
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:

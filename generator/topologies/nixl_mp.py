@@ -3,7 +3,9 @@
 
 The decoder pulls the prompt's KV from the prefiller with NIXL READs over the side channel
 (one port per TP rank); each engine keeps its KV chunks in its own LMCache server, which the
-workflow starts and waits for before the engines.
+workflow starts and waits for before the engines. With ``lmcache.p2p`` the servers also share
+their L1s: a coordinator of the stack's own keeps membership, and each server reads the chunks
+it misses from a peer (LMCache MP docs, p2p.rst).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from generator.plan.parts import (
     LMCacheServerPlan,
     NixlMPEngineKV,
     NixlMPTopology,
+    P2PPlan,
     SidecarPlan,
     part_of,
 )
@@ -38,6 +41,8 @@ __all__ = ["UNIT", "NixlMP"]
 
 _CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs little
 _GPU_L1_SIZE_GB = 100.0  # the MP docs' value
+_P2P_L1_ALIGN_BYTES = 65536  # what LMCache's P2P docs recommend
+_COORDINATOR = "lmcache-coordinator"
 
 
 class NixlMP:
@@ -45,8 +50,14 @@ class NixlMP:
     default_router = RouterKind.VLLM_ROUTER
     router_protocol: Literal["lmcache-pd", "nixl", "none"] = "nixl"
     router_notices = False
-    spec_sections = ("server",)
-    port_fields = ("lmcache_zmq", "lmcache_http", "lmcache_metrics")
+    spec_sections = ("server", "p2p")
+    port_fields = (
+        "lmcache_zmq",
+        "lmcache_http",
+        "lmcache_metrics",
+        "lmcache_coordinator",
+        "lmcache_p2p",
+    )
     extra_image_roles = ("lmcache",)
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
@@ -59,6 +70,7 @@ class NixlMP:
                 "pick TP sizes where the larger is a multiple of the smaller",
             )
         yield from baseline_room(spec)
+        yield from _p2p_issues(spec)
 
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
         yield from foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
@@ -70,7 +82,7 @@ class NixlMP:
                 "remove the nixl section, or set topology: nixl-mp",
             )
 
-    def plan_settings(self, spec: Spec) -> NixlMPTopology:
+    def plan_settings(self, spec: Spec, book: PortBook) -> NixlMPTopology:
         given = spec.lmcache.server or LMCacheServerSpec()
         cpu = spec.profile is Profile.CPU
         # On CPU the vLLM worker can only use engine-driven transfers; `auto` serves both.
@@ -82,6 +94,7 @@ class NixlMP:
             or ("auto" if cpu else "lmcache_driven"),
             server_extra_args=tuple(given.extra_args),
             transfer=spec.nixl.transfer,
+            p2p=_p2p_plan(spec, book),
         )
 
     def plan_engine(self, spec: Spec, book: PortBook, site: EngineSite) -> NixlMPEngineKV:
@@ -108,7 +121,11 @@ class NixlMP:
             ),
         )
 
-    def sidecar_command(self, plan: Plan, engine: EnginePlan, sidecar: SidecarPlan) -> list[str]:
+    def sidecar_command(
+        self, plan: Plan, engine: EnginePlan | None, sidecar: SidecarPlan
+    ) -> list[str]:
+        if engine is None:
+            return _coordinator_command(_p2p_of(plan))
         return _lmcache_server_command(plan, engine)
 
     def connector_config(self, plan: Plan, engine: EnginePlan) -> dict[str, Any]:
@@ -185,7 +202,11 @@ class NixlMP:
             (_kv(e).lmcache_server.service, _kv(e).lmcache_server.http_port) for e in plan.engines
         )
         tokens = kv_prompt_tokens(plan.profile, _settings(plan).chunk_size)
-        return VerdictSources(speed, 0, tokens, rows, stores)
+        p2p: tuple[tuple[str, str, int], ...] = ()
+        if _settings(plan).p2p is not None:  # stores are in engine order
+            pairs = zip(plan.engines, stores, strict=True)
+            p2p = tuple((engine.name, service, port) for engine, (service, port) in pairs)
+        return VerdictSources(speed, 0, tokens, rows, stores, p2p)
 
 
 def _kv(engine: EnginePlan) -> NixlMPEngineKV:
@@ -194,6 +215,81 @@ def _kv(engine: EnginePlan) -> NixlMPEngineKV:
 
 def _settings(plan: Plan) -> NixlMPTopology:
     return part_of(plan.topology, NixlMPTopology, plan.stack)
+
+
+def _p2p_of(plan: Plan) -> P2PPlan:
+    p2p = _settings(plan).p2p
+    if p2p is None:  # only a P2P plan has a stack sidecar
+        raise TypeError(f"{plan.stack}: a stack sidecar was asked for without lmcache.p2p")
+    return p2p
+
+
+# LMCache refuses P2P with an L1 outside pinned DRAM (LMCache MP docs, p2p.rst).
+_P2P_INCOMPATIBLE = {
+    "--gds-l1-path": "a GDS (NVMe) L1",
+    "--l1-devdax-path": "a devdax L1",
+}
+
+
+def _p2p_issues(spec: Spec) -> Iterator[SpecIssue]:
+    if spec.lmcache.p2p is None or spec.lmcache.server is None:
+        return
+    for arg in spec.lmcache.server.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in _P2P_INCOMPATIBLE:
+            yield SpecIssue(
+                "lmcache.server.extra_args",
+                f"{flag} makes {_P2P_INCOMPATIBLE[flag]}, which LMCache's P2P cannot share "
+                "(lmcache.p2p is on)",
+                f"remove {flag}, or remove lmcache.p2p",
+            )
+
+
+def _p2p_plan(spec: Spec, book: PortBook) -> P2PPlan | None:
+    given = spec.lmcache.p2p
+    if given is None:
+        return None
+    host = spec.hosts[0]  # the first host, as the router's default
+    port = book.claim_block(
+        host.name,
+        spec.ports.lmcache_coordinator,
+        1,
+        owner=_COORDINATOR,
+        purpose="LMCache coordinator",
+        field="ports.lmcache_coordinator",
+    )[0]
+    return P2PPlan(
+        coordinator=_COORDINATOR,
+        coordinator_host=host.name,
+        coordinator_address=host.address,
+        coordinator_port=port,
+        transfer_engine=given.transfer_engine,
+        lookup_timeout_s=given.lookup_timeout_s,
+        load_timeout_s=given.load_timeout_s,
+    )
+
+
+def _coordinator_command(p2p: P2PPlan) -> list[str]:
+    # Every interface: servers on other hosts (or containers) register with it. It keeps
+    # membership only, never KV.
+    return ["lmcache", "coordinator", "--host", "0.0.0.0", "--port", str(p2p.coordinator_port)]
+
+
+def _p2p_args(plan: Plan, engine: EnginePlan, p2p: P2PPlan) -> list[str]:
+    """Register with the coordinator at an address every peer reaches (the server's service
+    name on a bridge, its host's address with host networking) and advertise the transfer
+    channel there; peers also dial the server's ZMQ port at that address."""
+    server = _kv(engine).lmcache_server
+    own = engine.address if plan.network == "host" else server.service
+    coordinator = p2p.coordinator_address if plan.network == "host" else p2p.coordinator
+    args = ["--coordinator-url", f"http://{coordinator}:{p2p.coordinator_port}"]
+    args += ["--coordinator-advertise-ip", own]
+    args += ["--p2p-advertise-url", f"{own}:{server.p2p_port}"]
+    args += ["--p2p-listen-url", f"0.0.0.0:{server.p2p_port}"]
+    args += ["--p2p-lookup-timeout", f"{p2p.lookup_timeout_s:g}"]
+    args += ["--p2p-load-timeout", f"{p2p.load_timeout_s:g}"]
+    args += ["--p2p-transfer-engine", p2p.transfer_engine]
+    return [*args, "--l1-align-bytes", str(_P2P_L1_ALIGN_BYTES)]
 
 
 def _server(spec: Spec, book: PortBook, site: EngineSite) -> LMCacheServerPlan:
@@ -210,6 +306,9 @@ def _server(spec: Spec, book: PortBook, site: EngineSite) -> LMCacheServerPlan:
         zmq_port=one(bases.lmcache_zmq, "LMCache ZMQ", "ports.lmcache_zmq"),
         http_port=one(bases.lmcache_http, "LMCache http", "ports.lmcache_http"),
         metrics_port=one(bases.lmcache_metrics, "LMCache metrics", "ports.lmcache_metrics"),
+        p2p_port=None
+        if spec.lmcache.p2p is None
+        else one(bases.lmcache_p2p, "LMCache P2P transfer channel", "ports.lmcache_p2p"),
     )
 
 
@@ -218,13 +317,18 @@ def _lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
     # On a bridge network peers reach the server by service name, so bind all interfaces of
     # the container; with host networking only the co-located engine needs it.
     bind = "127.0.0.1" if plan.network == "host" else "0.0.0.0"
-    args = ["lmcache", "server", "--host", bind, "--port", str(server.zmq_port)]
+    p2p = settings.p2p
+    # P2P peers dial the server's ZMQ port from their own hosts.
+    zmq_bind = bind if p2p is None else "0.0.0.0"
+    args = ["lmcache", "server", "--host", zmq_bind, "--port", str(server.zmq_port)]
     args += ["--http-host", bind, "--http-port", str(server.http_port)]
     args += ["--prometheus-port", str(server.metrics_port)]
     args += ["--l1-size-gb", f"{settings.l1_size_gb:g}"]
     args += ["--eviction-policy", settings.eviction_policy]
     args += ["--chunk-size", str(settings.chunk_size), "--instance-id", engine.name]
     args += ["--supported-transfer-mode", settings.supported_transfer_mode]
+    if p2p is not None:
+        args += _p2p_args(plan, engine, p2p)
     return [*args, *settings.server_extra_args]
 
 

@@ -2,7 +2,8 @@
 
 render -> preflight (every host's engine answers) -> wheels -> build-engines || build-router
   -> ship@<host> (images to each host's own engine, where that is not this machine's)
-  -> [start-lmcache@<host> -> wait-lmcache@<host>] (the plan's sidecars: nixl-mp's servers)
+  -> [start-lmcache@<host> -> wait-lmcache@<host>] (the plan's sidecars: nixl-mp's servers and
+     the P2P coordinator, which compose starts first)
   -> start-engines@<host> -> wait-<engine> (all in parallel)
   -> start-router -> wait-router -> smoke -> [bench] -> [down]
 

@@ -220,7 +220,8 @@ def run_bare() -> tuple[float, int]:
         noop = lambda: None  # noqa: E731
         engines = {engine.name: engine for engine in plan.engines}
         for sidecar in plan.sidecars:
-            command = topology_of(plan).sidecar_command(plan, engines[sidecar.engine], sidecar)
+            engine = engines[sidecar.engine] if sidecar.engine is not None else None
+            command = topology_of(plan).sidecar_command(plan, engine, sidecar)
             pids.append(start(command, base_env, sidecar.service).pid)
         for sidecar in plan.sidecars:
             wait_until_ready(

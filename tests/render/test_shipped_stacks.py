@@ -22,6 +22,7 @@ SHIPPED = [
     "cpu-2host",
     "cpu-faults",
     "cpu-lmcache-pd",
+    "cpu-p2p",
     "xpyd",
     "xpyd-1gpu",
     "xpyd-lmcache-1gpu",
