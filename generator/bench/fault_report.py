@@ -86,6 +86,7 @@ def _plot(result: DrillResult, path: Path) -> None:
 
     mpl.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = per_second(result)
     seconds = [row[0] for row in rows]
@@ -102,6 +103,7 @@ def _plot(result: DrillResult, path: Path) -> None:
     back = result.back_at()
     if back is not None:
         axes.axvline(back, color="tab:blue", linestyle=":", label="service whole again")
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("seconds since the load started")
     axes.set_ylabel("requests ended")
     axes.set_title(f"{result.stack}: {result.fault} ({result.router})")
