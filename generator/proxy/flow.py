@@ -281,6 +281,8 @@ async def _post_prefill(ctx: Context, exchange: Exchange, prefiller: Backend[Any
         raise ProxyError(504, "prefill_timeout", f"{prefiller.name} took too long") from exc
     except aiohttp.ClientPayloadError as exc:
         raise ProxyError(502, "prefill_failed", f"{prefiller.name} broke its answer") from exc
+    except CONNECT_ERRORS:
+        raise  # _prefill retries those on another prefiller
     except aiohttp.ClientOSError as exc:  # reset before its answer (a prefiller killed mid-read)
         raise ProxyError(502, "prefill_failed", f"{prefiller.name} reset the connection") from exc
     return answer
