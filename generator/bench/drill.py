@@ -237,7 +237,7 @@ def _await_recovery(
     while result.back_at() is None and time.monotonic() < deadline:
         time.sleep(_WATCH_EVERY_S)
     if result.back_at() is None:
-        reporter.event(EventLevel.FAILED, f"{fault_service(result)}: not back after the fault")
+        reporter.event(EventLevel.FAILED, f"{result.fault}: the service is not back")
         return
     result.verdict_after, result.verdict_after_s = _verdict(
         context, reporter, "after-fault", origin, result.fault_at_s
@@ -262,10 +262,6 @@ def _verdict(
         reporter.event(EventLevel.WARN, f"verdict ({name}): {error.message}")
         passed = False
     return passed, time.monotonic() - origin - fault_at_s
-
-
-def fault_service(result: DrillResult) -> str:
-    return result.fault.split(":", 1)[1].split("@", 1)[0]
 
 
 def _sleep_until(moment: float) -> None:
