@@ -158,8 +158,9 @@ def run_drill(
     result.outcomes = run_load(load)
     injector.join()
     if not _whole_now(result):
+        # The stack serves without the faulted service: the verdict reads the rest.
         result.verdict_during, result.verdict_during_s = _verdict(
-            context, reporter, "during-recovery", origin, result.fault_at_s
+            context, reporter, "during-recovery", origin, result.fault_at_s, down=[fault.service]
         )
     _await_recovery(result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * wait_scale)
     stop.set()
@@ -252,11 +253,17 @@ def _whole_now(result: DrillResult) -> bool:
 
 
 def _verdict(
-    context: RunContext, reporter: Reporter, name: str, origin: float, fault_at_s: float
+    context: RunContext,
+    reporter: Reporter,
+    name: str,
+    origin: float,
+    fault_at_s: float,
+    *,
+    down: list[str] | None = None,
 ) -> tuple[bool, float]:
     """The smoke verdict with a prompt of its own: passed, and when (since the fault)."""
     try:
-        smoke(context, again=name)
+        smoke(context, again=name, down=down or ())
         passed = True
     except StackError as error:
         reporter.event(EventLevel.WARN, f"verdict ({name}): {error.message}")

@@ -6,7 +6,7 @@ the prompt on the decoder in several known cases, and this verdict fails then.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from generator.plan import Plan
@@ -28,6 +28,7 @@ from generator.probes.requests import (
     complete,
     sized_prompt,
 )
+from generator.probes.serving import left_out_row, serving_view
 from generator.probes.verdict import SmokeResult, VerdictRow
 from generator.routers import router_of
 from generator.topologies import VerdictSources, topology_of
@@ -48,10 +49,13 @@ def run_smoke(
     read_inside: ReadInside,
     logs: Callable[[list[str]], str] | None = None,
     transport: Transport | None = None,
+    down: Collection[str] = (),
 ) -> SmokeResult:
     """``read_inside(service, url)`` is the body of a GET of ``url`` made inside that
     service's container; ``logs(services)`` those services' logs (where UCX names its
-    transport); ``transport`` replaces the network (unit tests: recorded pages)."""
+    transport); ``transport`` replaces the network (unit tests: recorded pages); ``down``
+    names services that are down now: the engines they take out are left out."""
+    plan, left_out = serving_view(plan, down)
     sources = topology_of(plan).verdict_sources(plan)
     if sources is None:  # no KV moves: the colocated verdict
         return run_colocated_smoke(plan, nonce=nonce, timeout_s=timeout_s, transport=transport)
@@ -83,6 +87,7 @@ def run_smoke(
         _lmcache_row(plan, objects_before, objects_after),
         stickiness,
         *p2p,
+        *([left_out_row(left_out)] if left_out else []),
     ]
     transfers = tuple(_transfer(name, counters, ucx) for name, counters in per_request)
     return SmokeResult(rows, completion.text, chat_text, completion.prompt_tokens, transfers)

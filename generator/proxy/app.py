@@ -188,4 +188,5 @@ class Proxy:
             [self.prefill, self.decode],
             timeout_s=self.config.timeouts.health_timeout_s,
             failures_to_eject=self.config.recovery.health_failures,
+            stall_s=self.config.recovery.stall_s,
         )

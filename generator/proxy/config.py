@@ -137,6 +137,10 @@ class RecoveryConfig(_Strict):
     # Pairs a request may try: one that fails before the client got a byte of its answer is
     # sent again through another prefiller/decoder (completions are idempotent). 1: never.
     attempts: int = Field(1, ge=1, le=8)
+    # A backend with requests in flight whose vLLM token counters stand still this long is
+    # stalled: it leaves rotation (as a failed health check) and sits out as long again, since
+    # its /health still passes. None: never.
+    stall_s: float | None = Field(None, gt=0)
 
 
 class LimitsConfig(_Strict):

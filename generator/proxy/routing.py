@@ -5,8 +5,9 @@
   healthy; sessions live in a bounded LRU (the seed's map grew forever).
 - Ejection: a backend that refuses connections, or fails ``health_failures`` health checks in
   a row, sits out until a health check passes again; a passive ejection also expires after
-  ``eject_s``. A backend that fails its checks is also *lost*: the requests waiting on it are
-  given up (failover.py), so that none waits on a dead or stopped engine past that bound.
+  ``eject_s``; a stalled one (health.py) sits out for the stall's length. A backend that
+  fails its checks is also *lost*: the requests waiting on it are given up (failover.py), so
+  that none waits on a dead, stopped or wedged engine past that bound.
 """
 
 from __future__ import annotations
@@ -45,13 +46,18 @@ class Backend(Generic[C]):
     # vLLM's max_model_len from its /v1/models (None until read): the proxy checks token
     # counts against it before a prefill pushes KV that the decoder would then refuse.
     max_model_len: int | None = None
+    # Progress (health.py): the engine's token counters at the last look, since when they
+    # stand still, and until when a stall keeps it out (a passing /health does not end that).
+    tokens: float | None = None
+    tokens_since: float = 0.0
+    stalled_until: float = 0.0
 
     @property
     def name(self) -> str:
         return self.config.name
 
     def available(self, now: float) -> bool:
-        return self.healthy and now >= self.ejected_until
+        return self.healthy and now >= self.ejected_until and now >= self.stalled_until
 
 
 @dataclass

@@ -119,7 +119,9 @@ def _config(plan: Plan) -> ProxyConfig:
             health_timeout_s=plan.recovery.health_timeout_s,
         ),
         recovery=RecoveryConfig(
-            health_failures=plan.recovery.health_failures, attempts=plan.recovery.attempts
+            health_failures=plan.recovery.health_failures,
+            attempts=plan.recovery.attempts,
+            stall_s=plan.recovery.stall_s,
         ),
     )
 

@@ -179,6 +179,16 @@ class RecoverySpec(StrictModel):
     attempts: int = Field(
         2, ge=1, le=8, description="our proxy: pairs a request may try before its answer starts"
     )
+    # A wedged engine answers /health (a vLLM decoder after SIGSTOP/SIGCONT, or whose KV pull
+    # hung: measured): only its token counters tell. Tokens move every engine step for every
+    # running request, so a minute of none with requests in flight is no slow engine.
+    stall_s: int | None = Field(
+        60,
+        ge=5,
+        le=3600,
+        description="our proxy: an engine with requests in flight whose token counters stand "
+        "still this long leaves rotation for as long again (null: never)",
+    )
 
     @property
     def ejection_bound_s(self) -> int:

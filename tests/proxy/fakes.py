@@ -27,6 +27,7 @@ from aiohttp.test_utils import TestServer
 #   json_400      vLLM's 400 error body, its message naming its own URL
 #   garbage_sse   200 event stream whose events are not JSON
 #   reset         resets the connection (RST) before answering (a backend killed mid-request)
+#   crawl         streams 10 events 0.2 s apart, its token counter moving with each (slow, alive)
 Misbehaviour = Literal[
     "hang",
     "stall",
@@ -38,6 +39,7 @@ Misbehaviour = Literal[
     "json_list",
     "json_cut",
     "reset",
+    "crawl",
 ]
 
 
@@ -60,6 +62,9 @@ class FakeBackend:
     cancelled: int = 0  # requests whose connection the proxy closed before they ended
     in_flight: int = 0
     healthy: bool = True  # False: /health answers 503 (an engine failing its checks)
+    # vLLM's token counters on /metrics: they move as answers are made ("hang" never moves
+    # them: with /health passing, that is a wedged engine).
+    tokens: int = 0
     server: TestServer | None = None
 
     @property
@@ -74,6 +79,7 @@ class FakeBackend:
         )
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/completions", self.generate)
         app.router.add_post("/v1/chat/completions", self.generate)
         app.router.add_post("/tokenize", self.tokenize)
@@ -83,6 +89,16 @@ class FakeBackend:
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({}, status=200 if self.healthy else 503)
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        labels = '{engine="0",model_name="m"}'
+        page = (
+            "# TYPE vllm:prompt_tokens_total counter\n"
+            f"vllm:prompt_tokens_total{labels} 0.0\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f"vllm:generation_tokens_total{labels} {float(self.tokens)}\n"
+        )
+        return web.Response(text=page, content_type="text/plain")
 
     async def tokenize(self, request: web.Request) -> web.Response:
         if self.tokenize_count is None:
@@ -140,8 +156,18 @@ class FakeBackend:
             return cut
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
+        await self._misbehave_in_stream(out, how)
+        await out.write(b"data: [DONE]\n\n")
+        return out
+
+    async def _misbehave_in_stream(self, out: web.StreamResponse, how: Misbehaviour) -> None:
         if how == "garbage_sse":
             await out.write(b"data: <html>not json</html>\n\n")
+        elif how == "crawl":
+            for index in range(10):
+                await asyncio.sleep(0.2)
+                self.tokens += 1
+                await out.write(f'data: {{"choices": [{{"text": "{index}"}}]}}\n\n'.encode())
         elif how == "flood":
             event = b"data: " + b"x" * 65536 + b"\n\n"
             while True:
@@ -149,8 +175,6 @@ class FakeBackend:
         else:  # stall
             await out.write(b'data: {"choices": [{"text": "0"}]}\n\n')
             await asyncio.sleep(3600)
-        await out.write(b"data: [DONE]\n\n")
-        return out
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -170,6 +194,7 @@ class FakeBackend:
             returned = None
             if params.get("do_remote_decode"):
                 returned = {"remote_engine_id": self.name, "remote_block_ids": [1, 2]}
+            self.tokens += 3
             choices = [{"text": self.name, "finish_reason": "length"}]
             usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
             answer = {"id": f"cmpl-{self.name}", "choices": choices, "usage": usage}
@@ -183,6 +208,7 @@ class FakeBackend:
                 assert request.transport is not None
                 request.transport.close()  # a decoder dying mid-stream
                 return out
+            self.tokens += 1
             await out.write(f"data: {json.dumps({'choices': [{'text': str(index)}]})}\n\n".encode())
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()

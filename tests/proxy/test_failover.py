@@ -231,3 +231,56 @@ async def test_a_client_that_leaves_is_not_taken_for_a_lost_backend(
 
 def _url(server: ProxyServer) -> str:
     return str(server.make_url("/v1/completions"))
+
+
+def stall_watching(
+    prefill: list[FakeBackend], decode: list[FakeBackend], stall_s: float
+) -> dict[str, Any]:
+    config = migrating(prefill, decode)
+    return config | {"recovery": config["recovery"] | {"stall_s": stall_s}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_wedged_decoder_that_passes_its_health_checks_is_taken_out_and_sits_out(
+    backends: list[FakeBackend], stream: bool
+) -> None:
+    # vLLM's wedged decoder (SIGSTOP/SIGCONT, a hung KV pull): /health passes, nothing moves.
+    p0, _, d0, d1 = backends
+    d0.misbehave = "hang"
+    proxy, server = await serve(stall_watching([p0], [d0, d1], stall_s=0.5))
+    started = time.monotonic()
+    status, headers, raw = await post(server, "/v1/completions", BODY | {"stream": stream})
+    took = time.monotonic() - started
+    assert status == 200, raw
+    assert headers["X-Xpyd-Decode"] == "d1"
+    assert 0.5 <= took < 3  # the stall's length, a check or two, then the other decoder
+    assert migrations(proxy, "decode", "decode_lost") == 1
+    assert d0.healthy  # it never failed /health: its counters told
+    wedged = proxy.decode.by_name("d0")
+    assert wedged is not None
+    assert not wedged.available(time.monotonic())  # /health passes, yet it sits out
+    await eventually(lambda: wedged.available(time.monotonic()), within_s=3.0)
+    await eventually(lambda: nothing_held(proxy))
+    await server.close()
+
+
+async def test_a_slow_decoder_whose_counters_move_is_not_taken_for_a_wedged_one(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, d1 = backends
+    d0.misbehave = "crawl"  # 2 s of answer, a token every 0.2 s: four stall lengths of 0.5 s
+    proxy, server = await serve(stall_watching([p0], [d0, d1], stall_s=0.5))
+    status, headers, raw = await post(server, "/v1/completions", BODY | {"stream": True})
+    assert status == 200, raw
+    assert headers["X-Xpyd-Decode"] == "d0"
+    assert raw.count(b"data: ") == 11  # its 10 events and [DONE], none cut
+    assert migrations(proxy, "decode", "decode_lost") == 0
+    await server.close()
+
+
+async def test_an_idle_backend_is_never_stalled(backends: list[FakeBackend]) -> None:
+    p0, _, d0, d1 = backends
+    proxy, server = await serve(stall_watching([p0], [d0, d1], stall_s=0.2))
+    await asyncio.sleep(0.6)  # three stall lengths without a request, counters still
+    assert all(b.available(time.monotonic()) for b in proxy.decode.backends)
+    await server.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from generator.errors import StackError
 from generator.workflow.context import RunContext
@@ -19,9 +20,10 @@ _GET = [
 ]
 
 
-def smoke(context: RunContext, *, again: str | None = None) -> str:
+def smoke(context: RunContext, *, again: str | None = None, down: Collection[str] = ()) -> str:
     """The smoke verdict; ``again`` names a later one (after a fault, say): its prompt is
-    its own, so that no cache holds it from the first."""
+    its own, so that no cache holds it from the first. ``down``: services down now (the
+    engines they take out are left out of it)."""
     from generator.probes import run_smoke
 
     def logs(services: list[str]) -> str:
@@ -31,7 +33,7 @@ def smoke(context: RunContext, *, again: str | None = None) -> str:
         return context.host_of(service).runtime.execute(service, [*_GET, url])
 
     nonce = context.record.run_id + (f"-{again}" if again else "")
-    result = run_smoke(context.plan, nonce=nonce, read_inside=read_inside, logs=logs)
+    result = run_smoke(context.plan, nonce=nonce, read_inside=read_inside, logs=logs, down=down)
     context.record.add_result(f"smoke-{again}" if again else "smoke", result.as_dict())
     context.verdict = result
     if not result.passed:
