@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from generator.observe import observe_files
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.images import ImageBuild, plan_images
@@ -48,6 +49,8 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
         files[project.compose_file] = project.text
         for relative, text in project.files.items():
             files[project.directory / relative] = text
+    for relative, text in observe_files(plan).items():
+        files[_host_dir(deployment, plan) / relative] = text
     for process in processes:
         files[process.plan_file] = process.text
     files[compose_dir / "plan.json"] = plan.model_dump_json(indent=2) + "\n"
@@ -58,3 +61,9 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     return RenderedStack(
         plan.stack, files, owned, tuple(images), deployment, tuple(projects), tuple(processes)
     )
+
+
+def _host_dir(deployment: Deployment, plan: Plan) -> PurePosixPath:
+    """The folder of the host that runs observe's services."""
+    host = plan.observe.host if plan.observe is not None else plan.hosts[0].name
+    return next(h.directory for h in deployment.hosts if h.host == host)
