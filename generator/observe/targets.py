@@ -37,7 +37,9 @@ def _vllm_page(engine: EnginePlan) -> MetricsPage:
 
 def target_labels(plan: Plan, page: MetricsPage) -> dict[str, str]:
     """The labels every series of ``page`` carries: which engine (or the router), its role,
-    its host and the stack, so one Prometheus can hold several stacks."""
+    its host and the stack, so one Prometheus can hold several stacks. A scraped series' own
+    label of the same name yields (Prometheus keeps it as ``exported_<name>``): vLLM's
+    ``engine`` (its engine core's index), our proxy's ``role`` (a backend's side)."""
     return {
         "engine": page.engine or page.service,
         "role": page.role,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.planner import make_plan
@@ -12,3 +14,17 @@ OBSERVED = ("observe.enabled=true",)
 
 def observed_plan(workspace: Workspace, stack: str, *overrides: str) -> Plan:
     return make_plan(load_spec(workspace.stack_file(stack), (*OBSERVED, *overrides)))
+
+
+# A metric name in an expression: a word outside braces, quotes, ranges and "by (...)" lists
+# that is not a function (followed by "("), a keyword or a number.
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_NOT_A_NAME = re.compile(r"[0-9.e+-]+|and|or|unless|by|on")
+
+
+def expression_names(expr: str) -> set[str]:
+    bare = re.sub(r"\{[^}]*\}|\"[^\"]*\"|by \([^)]*\)|\[[^\]]*\]", " ", expr)
+    words = {
+        m.group() for m in _NAME.finditer(bare) if not bare[m.end() :].lstrip().startswith("(")
+    }
+    return {word for word in words if not _NOT_A_NAME.fullmatch(word)}

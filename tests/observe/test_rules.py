@@ -27,14 +27,11 @@ from generator.observe.published import (
 from generator.observe.rules import KV_GIB_S, alert_rules, kv_floor, recording_rules
 from generator.paths import Workspace
 from generator.proxy.metrics import ProxyMetrics
-from tests.observe.helpers import observed_plan
+from tests.observe.helpers import expression_names, observed_plan
 
 STACKS = ["cpu-1p1d", "cpu-lmcache-pd", "cpu-p2p", "xpyd", "xpyd-mp-2host", "xpyd-tp8"]
 PAGES = Path(__file__).resolve().parents[1] / "probes"
 _TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
-# A metric name in an expression: a word that is not followed by "(" (a function) nor "="
-# (a label), outside braces, quotes and "by (...)" groupings.
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 def _families(text: str) -> dict[str, str]:
@@ -65,17 +62,9 @@ def test_the_table_matches_the_proxy_s_own_registry() -> None:
     assert kinds.items() >= PROXY.items()
 
 
-def _expression_names(expr: str) -> set[str]:
-    bare = re.sub(r"\{[^}]*\}|\"[^\"]*\"|by \([^)]*\)|\[[^\]]*\]", " ", expr)
-    words = {
-        m.group() for m in _NAME.finditer(bare) if not bare[m.end() :].lstrip().startswith("(")
-    }
-    return {w for w in words if not re.fullmatch(r"[0-9.e+-]+|and|or|unless|by|on", w)}
-
-
 def test_the_name_finder_finds_metrics_and_skips_functions_labels_and_numbers() -> None:
     expr = 'sum by (engine) (rate(a:b_total{role="decode"}[5m])) / up > 0.5'
-    assert _expression_names(expr) == {"a:b_total", "up"}
+    assert expression_names(expr) == {"a:b_total", "up"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -87,7 +76,7 @@ def test_every_rule_reads_only_what_the_stack_publishes(workspace: Workspace, st
     for query in queries:
         assert set(query.series) <= published, query
         # It names all it reads: the declared series are exactly the names in its text.
-        assert _expression_names(query.expr) - recorded == set(query.series), query
+        assert expression_names(query.expr) - recorded == set(query.series), query
 
 
 @pytest.mark.parametrize("stack", STACKS)
