@@ -17,6 +17,7 @@ class ConfigFile:
     path: str  # where it is written, relative to the host's folder
     target: str  # where the container reads it
     data: dict[str, Any]  # dumped as YAML
+    text: str | None = None  # written as it is instead (a JSON file: Grafana's dashboard)
 
 
 # What publishes a Prometheus page: vLLM's API server, an `lmcache server`, NIXL's telemetry

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from generator.observe import observe_files
 from generator.paths import Workspace
 from generator.plan import Plan
-from generator.render.images import ImageBuild, plan_images
+from generator.render.images import ImageBuild, plan_images, pulled_images
 from generator.render.manifest import MANIFEST_NAME, manifest_text
 from generator.serializers.compose import ComposeProject, compose_projects
 from generator.serializers.process import ProcessProject, process_projects
@@ -39,7 +38,8 @@ class RenderedStack:
 
 def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     images = plan_images(plan, workspace)
-    deployment = build_deployment(plan, {i.role: image_ref(i.tag, i.dockerfile) for i in images})
+    built = {i.role: image_ref(i.tag, i.dockerfile) for i in images}
+    deployment = build_deployment(plan, pulled_images(plan) | built)
     projects = compose_projects(deployment)
     processes = process_projects(deployment) if plan.runtime is Runtime.PROCESS else []
     compose_dir = PurePosixPath("compose") / plan.stack
@@ -49,8 +49,6 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
         files[project.compose_file] = project.text
         for relative, text in project.files.items():
             files[project.directory / relative] = text
-    for relative, text in observe_files(plan).items():
-        files[_host_dir(deployment, plan) / relative] = text
     for process in processes:
         files[process.plan_file] = process.text
     files[compose_dir / "plan.json"] = plan.model_dump_json(indent=2) + "\n"
@@ -61,9 +59,3 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     return RenderedStack(
         plan.stack, files, owned, tuple(images), deployment, tuple(projects), tuple(processes)
     )
-
-
-def _host_dir(deployment: Deployment, plan: Plan) -> PurePosixPath:
-    """The folder of the host that runs observe's services."""
-    host = plan.observe.host if plan.observe is not None else plan.hosts[0].name
-    return next(h.directory for h in deployment.hosts if h.host == host)

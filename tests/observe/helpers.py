@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
+from generator.observe.files import OBSERVE_DIR
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.planner import make_plan
+from generator.render import render_stack
 from generator.stack import load_spec
 
 OBSERVED = ("observe.enabled=true",)
@@ -28,3 +31,13 @@ def expression_names(expr: str) -> set[str]:
         m.group() for m in _NAME.finditer(bare) if not bare[m.end() :].lstrip().startswith("(")
     }
     return {word for word in words if not _NOT_A_NAME.fullmatch(word)}
+
+
+def rendered_observe(workspace: Workspace, plan: Plan) -> dict[PurePosixPath, str]:
+    """The observe files as render writes them, by their path in the host's folder."""
+    files = render_stack(plan, workspace).files
+    return {
+        PurePosixPath(*path.parts[path.parts.index(OBSERVE_DIR.name) :]): text
+        for path, text in files.items()
+        if OBSERVE_DIR.name in path.parts
+    }

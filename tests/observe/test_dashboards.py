@@ -18,13 +18,12 @@ from generator.observe.files import (
     DASHBOARD_FILE,
     DATASOURCE_FILE,
     PROVIDER_FILE,
-    observe_files,
 )
 from generator.observe.published import published_series
 from generator.observe.rules import KV_GIB_S, kv_floor, recording_rules
 from generator.paths import Workspace
 from generator.plan import Plan
-from tests.observe.helpers import expression_names, observed_plan
+from tests.observe.helpers import expression_names, observed_plan, rendered_observe
 
 STACKS = ["xpyd", "xpyd-mp", "xpyd-mp-2host", "xpyd-lmcache-1gpu", "xpyd-1gpu", "xpyd-tp8"]
 
@@ -97,12 +96,13 @@ def test_the_kv_speed_panel_draws_the_rules_floor(workspace: Workspace) -> None:
 
 
 def test_grafana_files_render_on_gpu_only(workspace: Workspace) -> None:
-    gpu = observe_files(_plan(workspace, "xpyd"))
+    gpu = rendered_observe(workspace, _plan(workspace, "xpyd"))
     assert {DATASOURCE_FILE, PROVIDER_FILE, DASHBOARD_FILE} <= set(gpu)
+    assert json.loads(gpu[DASHBOARD_FILE])["uid"] == "xpyd-xpyd"  # JSON, not YAML
     source = yaml.safe_load(gpu[DATASOURCE_FILE])["datasources"][0]
     plan = _plan(workspace, "xpyd")
     assert plan.observe is not None
     assert source["url"] == f"http://127.0.0.1:{plan.observe.prometheus_port}"
     assert source["uid"] == DATASOURCE_UID
-    cpu = observe_files(_plan(workspace, "cpu-1p1d"))
+    cpu = rendered_observe(workspace, _plan(workspace, "cpu-1p1d"))
     assert not {DATASOURCE_FILE, PROVIDER_FILE, DASHBOARD_FILE} & set(cpu)

@@ -17,7 +17,7 @@ from generator.limits import (
     LOCAL_COMPUTE_SHARE_MAX,
     SAME_HOST_FLOOR_GIB_S,
 )
-from generator.observe.files import RULES_FILE, observe_files
+from generator.observe.files import RULES_FILE
 from generator.observe.published import (
     NIXL_TELEMETRY,
     PROXY,
@@ -27,7 +27,7 @@ from generator.observe.published import (
 from generator.observe.rules import KV_GIB_S, alert_rules, kv_floor, recording_rules
 from generator.paths import Workspace
 from generator.proxy.metrics import ProxyMetrics
-from tests.observe.helpers import expression_names, observed_plan
+from tests.observe.helpers import expression_names, observed_plan, rendered_observe
 
 STACKS = ["cpu-1p1d", "cpu-lmcache-pd", "cpu-p2p", "xpyd", "xpyd-mp-2host", "xpyd-tp8"]
 PAGES = Path(__file__).resolve().parents[1] / "probes"
@@ -82,7 +82,7 @@ def test_every_rule_reads_only_what_the_stack_publishes(workspace: Workspace, st
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_rules_file_is_prometheus_s_shape(workspace: Workspace, stack: str) -> None:
     plan = observed_plan(workspace, stack, "runtime=compose")
-    document = yaml.safe_load(observe_files(plan)[RULES_FILE])
+    document = yaml.safe_load(rendered_observe(workspace, plan)[RULES_FILE])
     rules = [rule for group in document["groups"] for rule in group["rules"]]
     assert {group["name"] for group in document["groups"]} <= {"xpyd-kv", "xpyd-alerts"}
     for rule in rules:

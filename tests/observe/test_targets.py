@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from generator.observe.files import PROMETHEUS_FILE, observe_files
+from generator.observe.files import PROMETHEUS_FILE
 from generator.observe.targets import scrape_targets
 from generator.paths import Workspace
 from generator.routers import router_of
 from generator.topologies import topology_of
-from tests.observe.helpers import observed_plan
+from tests.observe.helpers import observed_plan, rendered_observe
 
 
 def test_a_two_host_stack_is_scraped_on_both_hosts_at_their_addresses(
@@ -73,7 +73,7 @@ def test_prometheus_yml_labels_every_target_with_engine_role_host_and_stack(
     workspace: Workspace, stack: str
 ) -> None:
     plan = observed_plan(workspace, stack, "observe.scrape_interval_s=7")
-    config = yaml.safe_load(observe_files(plan)[PROMETHEUS_FILE])
+    config = yaml.safe_load(rendered_observe(workspace, plan)[PROMETHEUS_FILE])
     assert config["global"]["scrape_interval"] == "7s"
     targets = [
         (job["job_name"], static["targets"][0], static["labels"])
