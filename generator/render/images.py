@@ -14,7 +14,7 @@ from typing import Any
 from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
-from generator.plan.observe import GRAFANA_SERVICE, PROMETHEUS_SERVICE
+from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE
 from generator.render.jinja import render_template
 from generator.routers import router_of
 from generator.routers.base import ROUTER_LOCK
@@ -237,4 +237,5 @@ def pulled_images(plan: Plan) -> dict[str, ImageRef]:
     return {
         PROMETHEUS_SERVICE: ImageRef(pins.prometheus, "missing", None),
         GRAFANA_SERVICE: ImageRef(pins.grafana, "missing", None),
+        OTEL_SERVICE: ImageRef(pins.otel_collector, "missing", None),
     }

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from generator.observe.files import PROMETHEUS_CONFIG_PATH, observe_configs
+from generator.observe.traces import OTEL_CONFIG_PATH, collector_config
 from generator.plan import Plan
-from generator.plan.observe import GRAFANA_SERVICE, PROMETHEUS_SERVICE, ObservePlan
+from generator.plan.files import ConfigFile
+from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
 from generator.services.model import (
     Health,
     HttpEndpoint,
@@ -38,6 +40,9 @@ def observe_services(plan: Plan, images: Mapping[str, ImageRef]) -> tuple[Servic
     services = [_prometheus(plan, observe, images[PROMETHEUS_SERVICE])]
     if observe.grafana_port is not None:
         services.append(_grafana(plan, observe, images[GRAFANA_SERVICE]))
+    if observe.otel_port is not None:
+        services.append(_collector(plan, observe, images[OTEL_SERVICE]))
+    configs[OTEL_SERVICE] = _collector_files(plan, observe)
     return tuple(replace(s, configs=configs.get(s.name, ())) for s in services)
 
 
@@ -80,6 +85,25 @@ def _prometheus(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:
     if image.build is None:
         service = replace(service, command=command[1:])
     return replace(service, health=_wget_health(port, "/-/ready"))
+
+
+def _collector_files(plan: Plan, observe: ObservePlan) -> tuple[ConfigFile, ...]:
+    if observe.otel_port is None:
+        return ()
+    data = collector_config(plan, observe.otel_port)
+    config = ConfigFile(
+        "observe-otel-collector-yaml", "observe/otel-collector.yaml", OTEL_CONFIG_PATH, data
+    )
+    return (config,)
+
+
+def _collector(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:
+    """Upstream's image has no shell: no health check (engines retry their exports)."""
+    port = observe.otel_port
+    assert port is not None  # observe_services adds it only with its port
+    command = (f"--config={OTEL_CONFIG_PATH}",)
+    service = Service(OTEL_SERVICE, observe.host, "otel-collector", image, command)
+    return _placed(plan, observe, service, port)
 
 
 def _grafana(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:

@@ -76,10 +76,14 @@ def test_observe_on_gpu_pulls_pinned_images_and_publishes_only_when_asked(
 
 
 def test_a_multi_host_stack_runs_observe_on_its_first_host(workspace: Workspace) -> None:
-    files = _rendered(workspace, "xpyd-mp-2host", *OBSERVED)
+    files = _rendered(workspace, "xpyd-mp-2host", *OBSERVED, "observe.traces=true")
     first, second = (PurePosixPath("compose/xpyd-mp-2host") / h for h in ("gpu-a", "gpu-b"))
     observe = {path for path in files if OBSERVE_DIR.name in path.parts}
     assert observe
     assert all(first in path.parents for path in observe)
-    assert {"prometheus", "grafana"} <= set(_services(files, first))
-    assert not {"prometheus", "grafana"} & set(_services(files, second))
+    observe_services = {"prometheus", "grafana", "otel-collector"}
+    assert observe_services <= set(_services(files, first))
+    assert not observe_services & set(_services(files, second))
+    collector = _services(files, first)["otel-collector"]
+    assert collector["image"] == load_versions().observe_images.otel_collector
+    assert [c["target"] for c in collector["configs"]] == ["/etc/otelcol/config.yaml"]

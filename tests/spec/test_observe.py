@@ -94,3 +94,9 @@ def test_traces_and_ports_follow_the_bases_and_skip_taken_ports() -> None:
     assert plan.observe.services == (PROMETHEUS_SERVICE, GRAFANA_SERVICE, OTEL_SERVICE)
     owners = {use.port: use.owner for use in plan.ports}
     assert owners[plan.observe.prometheus_port] == PROMETHEUS_SERVICE
+
+
+def test_traces_are_refused_on_cpu_with_the_reason_and_the_fix() -> None:
+    text = refusal(spec_dict(**CPU), "observe.enabled=true", "observe.traces=true")
+    assert "observe.traces: the OpenTelemetry collector comes from a container registry" in text
+    assert "fix: set observe.traces: false" in text
