@@ -104,7 +104,10 @@ def published_families(plan: Plan) -> dict[str, Kind]:
     for page in scrape_targets(plan):
         families |= _BY_PART[page.part]
     verdict = topology_of(plan).verdict_sources(plan)
-    if verdict is not None and verdict.kv_speed.bytes_metric.startswith("vllm:nixl_"):
+    nixl_series = {
+        series for family, kind in VLLM_NIXL.items() for series in series_of(family, kind)
+    }
+    if verdict is not None and verdict.kv_speed.bytes_metric in nixl_series:
         families |= VLLM_NIXL
     return families
 
