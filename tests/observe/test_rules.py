@@ -18,6 +18,7 @@ from generator.limits import (
     SAME_HOST_FLOOR_GIB_S,
 )
 from generator.observe.files import RULES_FILE
+from generator.observe.panels import dashboard_rows
 from generator.observe.published import (
     NIXL_TELEMETRY,
     PROXY,
@@ -25,9 +26,12 @@ from generator.observe.published import (
     published_series,
 )
 from generator.observe.rules import KV_GIB_S, alert_rules, kv_floor, recording_rules
+from generator.observe.targets import scrape_targets
 from generator.paths import Workspace
+from generator.planner import make_plan
 from generator.proxy.metrics import ProxyMetrics
-from tests.observe.helpers import expression_names, observed_plan, rendered_observe
+from generator.stack import baseline_spec, load_spec
+from tests.observe.helpers import OBSERVED, expression_names, observed_plan, rendered_observe
 
 STACKS = ["cpu-1p1d", "cpu-lmcache-pd", "cpu-p2p", "xpyd", "xpyd-mp-2host", "xpyd-tp8"]
 PAGES = Path(__file__).resolve().parents[1] / "probes"
@@ -140,3 +144,18 @@ def test_lmcache_pd_has_no_vllm_nixl_rules_and_nixl_mp_has_lease_expiry(
     assert "increase(agent_errors_total[5m]) > 0" in lmcache_pd
     nixl_mp = {r.alert for r in alert_rules(observed_plan(workspace, "cpu-1p1d"))}
     assert "XpydKvLeasesExpired" in nixl_mp
+
+
+def test_a_colocated_baseline_keeps_observe_without_kv_rules(workspace: Workspace) -> None:
+    """bench --baseline colocated derives the twin from the spec: observe comes along, and a
+    stack that moves no KV gets no KV rules or panels (nothing to judge there)."""
+    spec = load_spec(workspace.stack_file("cpu-1p1d"), OBSERVED)
+    twin = make_plan(baseline_spec(spec, make_plan(spec)))
+    assert twin.observe is not None
+    assert recording_rules(twin) == ()
+    alerts = {rule.alert for rule in alert_rules(twin)}
+    assert alerts == {"XpydEngineDown", "XpydPartDown", "XpydDecodeKvCacheFull"}
+    assert {page.part for page in scrape_targets(twin)} == {"vllm", "vllm-router"}
+    assert [row.title for row in dashboard_rows(twin)] == [
+        "Latency per role", "Load per engine", "Router and targets",
+    ]  # fmt: skip
