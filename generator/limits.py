@@ -24,6 +24,8 @@ from typing import Final
 __all__ = [
     "BASELINE_SUFFIX",
     "CROSS_HOST_FLOOR_GIB_S",
+    "DECODE_KV_USAGE_MAX",
+    "LOCAL_COMPUTE_SHARE_MAX",
     "NVLINK_EXPECTED_GIB_S",
     "PD_NAME_MAX",
     "SAME_HOST_FLOOR_GIB_S",
@@ -33,6 +35,7 @@ __all__ = [
     "KvPath",
     "is_stack_name",
     "judge_kv_speed",
+    "kv_floor_gib_s",
     "transport_family",
 ]
 
@@ -45,6 +48,12 @@ PD_NAME_MAX: Final = STACK_NAME_MAX - len(BASELINE_SUFFIX)
 SAME_HOST_FLOOR_GIB_S: Final = 10.0
 CROSS_HOST_FLOOR_GIB_S: Final = 5.0
 NVLINK_EXPECTED_GIB_S: Final = 100.0  # doctor warns below it where nvidia-smi shows NVLink
+
+# Alert rules (observe): a decoder computing more than this share of its prompt tokens itself
+# is recomputing silently (lmcache-pd decoders compute 1 token a request: far below it).
+LOCAL_COMPUTE_SHARE_MAX: Final = 0.05
+# Decode KV cache usage above this: decode is the bottleneck (vLLM's dashboards' guidance).
+DECODE_KV_USAGE_MAX: Final = 0.9
 
 _STACK_NAME = re.compile(STACK_NAME_PATTERN)
 
@@ -77,6 +86,15 @@ class KvJudgement:
     expected: str
     passed: bool | None  # None: not judged (a figure), or a warning where ``warn`` is set
     warn: bool = False
+
+
+def kv_floor_gib_s(path: KvPath) -> float | None:
+    """The speed below which KV on ``path`` is judged slow (None: CPU, not judged)."""
+    floors = {
+        KvPath.SAME_HOST_GPU: SAME_HOST_FLOOR_GIB_S,
+        KvPath.CROSS_HOST_GPU: CROSS_HOST_FLOOR_GIB_S,
+    }
+    return floors.get(path)
 
 
 def judge_kv_speed(path: KvPath, transport: str | None, gib_s: float) -> KvJudgement:

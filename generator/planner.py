@@ -2,12 +2,13 @@
 (generator/topologies/, generator/routers/), which sit above the plan's data
 (generator/plan/): what differs between topologies and router kinds (their settings, their
 own ports) comes from them. Ports are claimed in a fixed order: fixed ones, the router's,
-then engine by engine.
+then engine by engine, the stack's own services, observability's last.
 """
 
 from __future__ import annotations
 
 from generator.plan.models import EnginePlan, HostPlan, Network, Plan, Role
+from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
 from generator.plan.parts import RouterPlan, SidecarPlan
 from generator.plan.placement import GpuView, Slot, check_gpu_shares, gpu_views, place_engines
 from generator.plan.ports import PortBook
@@ -44,7 +45,10 @@ def make_plan(spec: Spec) -> Plan:
     sidecars = settings.stack_sidecars() + tuple(
         sidecar for engine in engines for sidecar in topology.sidecars(engine)
     )
+    observe = _plan_observe(spec, book)  # last: its ports never move another's
     services = _services_by_host(engines, sidecars, router)
+    if observe is not None:
+        services.setdefault(observe.host, []).extend(observe.services)
     plan = Plan(
         stack=spec.name,
         topology=settings,
@@ -65,6 +69,7 @@ def make_plan(spec: Spec) -> Plan:
         router=router,
         sidecars=sidecars,
         ports=book.table(),
+        observe=observe,
     )
     return plan.model_copy(update={"warnings": tuple(collect_warnings(plan, spec))})
 
@@ -201,4 +206,29 @@ def _plan_host(host: HostSpec, services: list[str]) -> HostPlan:
         cpus=tuple(host.cpus or ()),
         services=tuple(services),
         docker=host.docker,
+    )
+
+
+def _plan_observe(spec: Spec, book: PortBook) -> ObservePlan | None:
+    observe = spec.observe
+    if not observe.enabled:
+        return None
+    host = spec.hosts[0]
+    grafana = observe.grafana if observe.grafana is not None else spec.profile is Profile.GPU
+
+    def claim(field: str, owner: str, purpose: str) -> int:
+        base: int = getattr(spec.ports, field)
+        return book.claim_block(
+            host.name, base, 1, owner=owner, purpose=purpose, field=f"ports.{field}"
+        )[0]
+
+    return ObservePlan(
+        host=host.name,
+        address=host.address,
+        scrape_interval_s=observe.scrape_interval_s,
+        public=observe.publish,
+        prometheus_port=claim("prometheus", PROMETHEUS_SERVICE, "Prometheus"),
+        grafana_port=claim("grafana", GRAFANA_SERVICE, "Grafana") if grafana else None,
+        otel_port=claim("otel_collector", OTEL_SERVICE, "OTLP (gRPC)") if observe.traces else None,
+        kv_floor_gib_s=observe.kv_floor_gib_s,
     )

@@ -8,7 +8,14 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["BaseImages", "GpuEngine", "PackagePins", "Versions", "load_versions"]
+__all__ = [
+    "BaseImages",
+    "GpuEngine",
+    "ObserveImages",
+    "PackagePins",
+    "Versions",
+    "load_versions",
+]
 
 
 # The CUDA majors NIXL publishes a wheel for (nixl-cu12, nixl-cu13).
@@ -32,6 +39,14 @@ class BaseImages(_Frozen):
     gpu_engine_repo: str  # tagged v<packages.vllm>
     cpu_engine: str
     router: str
+
+
+class ObserveImages(_Frozen):
+    """Upstream images of observe's services on GPU hosts, pinned (never :latest)."""
+
+    prometheus: str
+    grafana: str
+    otel_collector: str
 
 
 class GpuEngine(_Frozen):
@@ -62,6 +77,7 @@ class GpuEngine(_Frozen):
 class Versions(_Frozen):
     packages: PackagePins
     base_images: BaseImages
+    observe_images: ObserveImages
     gpu_engine: GpuEngine
 
 

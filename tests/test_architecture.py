@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plan data", ("generator.plan",)),  # models, parts, ports, files: what units return
     ("units", ("generator.topologies", "generator.routers")),
     ("planner", ("generator.planner", "generator.stack")),  # above the units they consult
+    ("observe", ("generator.observe",)),  # what observe's services read, from the plan
     ("services", ("generator.services",)),
     ("serializers", ("generator.serializers",)),
 )

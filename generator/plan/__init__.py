@@ -16,6 +16,7 @@ from generator.plan.models import (
     TokenPlan,
     UcxPlan,
 )
+from generator.plan.observe import ObservePlan
 from generator.plan.parts import (
     ColocatedTopology,
     EngineKV,
@@ -48,6 +49,7 @@ __all__ = [
     "NixlMPEngineKV",
     "NixlMPTopology",
     "NoKV",
+    "ObservePlan",
     "Plan",
     "PortUse",
     "ProxyRouterPlan",

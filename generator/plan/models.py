@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from generator.limits import KvPath
 from generator.plan.frozen import Frozen
+from generator.plan.observe import ObservePlan
 from generator.plan.parts import (
     EngineKV,
     RouterPlan,
@@ -155,6 +157,8 @@ class Plan(Frozen):
     router: RouterPlan
     sidecars: tuple[SidecarPlan, ...] = ()
     ports: tuple[PortUse, ...]
+    # observe: Prometheus and the rest; None (off) is left out of plan.json.
+    observe: ObservePlan | None = Field(None, exclude_if=lambda value: value is None)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -182,6 +186,15 @@ class Plan(Frozen):
     @property
     def kv_crosses_hosts(self) -> bool:
         return any(p.host != d.host for p, d in self.kv_pairs())
+
+    def kv_path(self) -> KvPath:
+        """The path the stack's KV takes, which the verdict and the alert rules judge by: GPU
+        pairs on one host where there are any (their floor is the higher one)."""
+        if self.profile is Profile.CPU:
+            return KvPath.CPU
+        if self.kv_crosses_hosts and not self.same_host_pairs():
+            return KvPath.CROSS_HOST_GPU
+        return KvPath.SAME_HOST_GPU
 
     def host(self, name: str) -> HostPlan:
         return next(host for host in self.hosts if host.name == name)

@@ -23,7 +23,6 @@ from generator.limits import KvPath, judge_kv_speed
 from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
 from generator.probes.verdict import VerdictRow
-from generator.spec import Profile
 from generator.topologies import KvSpeedSource, topology_of
 
 __all__ = [
@@ -125,7 +124,7 @@ def kv_speed_row(
     observed = "; ".join(f"{name}: {c.describe()}" for name, c in per_request) + over
     check = f"KV path speed (NIXL {operation}s, per request)"
     rates = [c.gib_s for _, c in per_request]
-    path = _kv_path(plan)
+    path = plan.kv_path()
     if path is KvPath.CPU:
         return VerdictRow(
             check, observed, judge_kv_speed(path, transport, 0.0).expected, None, "info"
@@ -139,11 +138,3 @@ def kv_speed_row(
     return VerdictRow(
         check, observed, judged.expected, judged.passed, "WARN" if judged.warn else ""
     )
-
-
-def _kv_path(plan: Plan) -> KvPath:
-    if plan.profile is Profile.CPU:
-        return KvPath.CPU
-    if plan.kv_crosses_hosts and not plan.same_host_pairs():
-        return KvPath.CROSS_HOST_GPU
-    return KvPath.SAME_HOST_GPU

@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 
 from generator.paths import Workspace
 from generator.plan import Plan
-from generator.render.images import ImageBuild, plan_images
+from generator.render.images import ImageBuild, plan_images, pulled_images
 from generator.render.manifest import MANIFEST_NAME, manifest_text
 from generator.serializers.compose import ComposeProject, compose_projects
 from generator.serializers.process import ProcessProject, process_projects
@@ -38,7 +38,8 @@ class RenderedStack:
 
 def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     images = plan_images(plan, workspace)
-    deployment = build_deployment(plan, {i.role: image_ref(i.tag, i.dockerfile) for i in images})
+    built = {i.role: image_ref(i.tag, i.dockerfile) for i in images}
+    deployment = build_deployment(plan, pulled_images(plan) | built)
     projects = compose_projects(deployment)
     processes = process_projects(deployment) if plan.runtime is Runtime.PROCESS else []
     compose_dir = PurePosixPath("compose") / plan.stack

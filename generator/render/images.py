@@ -14,9 +14,11 @@ from typing import Any
 from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
+from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE
 from generator.render.jinja import render_template
 from generator.routers import router_of
 from generator.routers.base import ROUTER_LOCK
+from generator.services.model import ImageRef
 from generator.services.parts import CPU_NIXL_PTHR_DELAY_US, NIXL_PTHR_DELAY_ENV
 from generator.spec import Profile
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
@@ -33,6 +35,7 @@ __all__ = [
     "ROUTER_LOCK",
     "ImageBuild",
     "plan_images",
+    "pulled_images",
 ]
 
 ENGINE_LOCK = "images/locks/engine-cpu.txt"
@@ -86,10 +89,14 @@ class _BaseStages:
 def plan_images(plan: Plan, workspace: Workspace) -> list[ImageBuild]:
     base = _engine_base(plan, workspace)
     roles = ["prefill", "decode", *topology_of(plan).extra_image_roles]
-    return [
+    images = [
         *(_engine_role(plan, workspace, role, base) for role in roles),
         _router(plan, workspace),
     ]
+    # observe on cpu: Prometheus from Debian's package (GPU hosts pull a pinned image).
+    if plan.observe is not None and plan.profile is Profile.CPU:
+        images.append(_prometheus(plan, workspace))
+    return images
 
 
 def _pins(plan: Plan) -> PackagePins:
@@ -210,3 +217,25 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
     )
     tag = _tag(plan, workspace, "router", text, [image.lock, SUPERVISOR, *sources])
     return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)
+
+
+def _prometheus(plan: Plan, workspace: Workspace) -> ImageBuild:
+    base_image = plan.images.router_base or load_versions().base_images.router
+    text = render_template(
+        workspace.templates_dir, "prometheus-cpu.Dockerfile.j2", base_image=base_image
+    )
+    tag = _tag(plan, workspace, "prometheus", text, [])
+    return ImageBuild("prometheus", tag, _dockerfile(plan, "prometheus"), text, base_image)
+
+
+def pulled_images(plan: Plan) -> dict[str, ImageRef]:
+    """observe's services from upstream's pinned images (the cpu profile builds Prometheus
+    itself: plan_images's build replaces that one)."""
+    if plan.observe is None:
+        return {}
+    pins = load_versions().observe_images
+    return {
+        PROMETHEUS_SERVICE: ImageRef(pins.prometheus, "missing", None),
+        GRAFANA_SERVICE: ImageRef(pins.grafana, "missing", None),
+        OTEL_SERVICE: ImageRef(pins.otel_collector, "missing", None),
+    }

@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from generator.errors import SpecIssue
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import Plan
 from generator.plan.parts import RouterPlan
 from generator.plan.ports import PortBook
@@ -111,6 +111,10 @@ class RouterUnit(Protocol):
 
     def sticky_sessions(self, plan: Plan) -> bool:
         """It keeps one session on one pair (the verdict checks it)."""
+        ...
+
+    def metrics_page(self, plan: Plan) -> MetricsPage:
+        """Its Prometheus page, where observe's Prometheus reaches it."""
         ...
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import EnginePlan, Plan
 from generator.plan.parts import ProxyRouterPlan, part_of
 from generator.plan.ports import PortBook
@@ -87,6 +87,12 @@ class Proxy:
     def private_ports(self, plan: Plan) -> tuple[int, ...]:
         notify = _router(plan).notify_port
         return (notify,) if notify is not None else ()
+
+    def metrics_page(self, plan: Plan) -> MetricsPage:
+        router = _router(plan)
+        return MetricsPage(
+            "proxy", router.service, "router", router.host, router.advertise_host, router.port
+        )
 
     def sticky_sessions(self, plan: Plan) -> bool:
         return plan.router.session_header is not None

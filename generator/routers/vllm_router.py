@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from generator.errors import SpecIssue
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import Plan
 from generator.plan.parts import VllmRouterPlan, part_of
 from generator.plan.ports import PortBook
@@ -104,6 +104,17 @@ class VllmRouter:
 
     def private_ports(self, plan: Plan) -> tuple[int, ...]:
         return ()
+
+    def metrics_page(self, plan: Plan) -> MetricsPage:
+        router = _router(plan)
+        return MetricsPage(
+            "vllm-router",
+            router.service,
+            "router",
+            router.host,
+            router.advertise_host,
+            router.metrics_port,
+        )
 
     def sticky_sessions(self, plan: Plan) -> bool:
         return False  # its sticky policies are not checked by the verdict

@@ -94,7 +94,9 @@ def _project(deployment: Deployment, host: HostServices) -> ComposeProject:
     document = compose_document(deployment, host)
     text = compose_text(document, header=_header(deployment, with_notes=True))
     files = {
-        PurePosixPath(config.path): dump_yaml(config.data, header=_header(deployment))
+        PurePosixPath(config.path): config.text
+        if config.text is not None
+        else dump_yaml(config.data, header=_header(deployment))
         for config in host.configs
     }
     return ComposeProject(host, document, text, files)
@@ -136,7 +138,8 @@ def _image(service: Service, root: PurePosixPath) -> dict[str, Any]:
         fields["profiles"] = [service.name]  # `up` leaves it out; `compose run` starts it
     if service.hostname is not None:
         fields["hostname"] = service.hostname
-    return fields | {"command": _command(service)}
+    # No command: the image's own (Grafana's entrypoint takes none).
+    return fields | ({"command": _command(service)} if service.command else {})
 
 
 def _command(service: Service) -> list[str]:

@@ -22,6 +22,7 @@ from generator.services.model import (
     Service,
     Volume,
 )
+from generator.services.observe import observe_services
 from generator.services.parts import (
     bench_service,
     engine_service,
@@ -57,7 +58,8 @@ def _pull_policy(tag: str) -> Literal["never", "missing"]:
 
 
 def build_deployment(plan: Plan, images: Mapping[str, ImageRef]) -> Deployment:
-    """``images``: the image of each role (prefill, decode, lmcache, router)."""
+    """``images``: the image of each role (prefill, decode, lmcache, router) and, with
+    observe, of each observe service (prometheus, grafana)."""
     hosts = tuple(_host(plan, host.name, images) for host in plan.hosts if host.services)
     return Deployment(plan.stack, plan.topology.kind.value, hosts, plan.warnings)
 
@@ -82,6 +84,10 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef]) -> HostServices
         configs += [config] if config is not None else []
         services.append(router_service(plan, images["router"], config))
         services.append(bench_service(plan, images["decode"], _env_files(plan)))
+    if plan.observe is not None and plan.observe.host == host:
+        observed = observe_services(plan, images)
+        services += observed
+        configs += [config for service in observed for config in service.configs]
     uses_models = bool(plan.engines_on(host)) or plan.router.host == host  # engines, bench
     return HostServices(
         host,

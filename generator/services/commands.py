@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from generator.observe.traces import traces_endpoint
 from generator.plan import EnginePlan, Plan
 from generator.topologies import topology_of
 
@@ -28,4 +29,7 @@ def engine_command(plan: Plan, engine: EnginePlan) -> list[str]:
     connector = topology_of(plan).connector_config(plan, engine)
     if connector is not None:
         args += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]
+    endpoint = traces_endpoint(plan)
+    if endpoint is not None:
+        args += ["--otlp-traces-endpoint", endpoint]
     return [*args, *model.extra_args, *engine.extra_args]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from generator.observe.traces import traces_endpoint
 from generator.plan import EnginePlan, Plan, SidecarPlan
 from generator.routers import router_of
 from generator.services.bench import bench_command, default_preset, preset_settings
@@ -193,6 +194,8 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["HF_HUB_OFFLINE"] = "1"
     if _secrets(plan):
         env["HF_TOKEN_PATH"] = _HF_TOKEN_PATH
+    if traces_endpoint(plan) is not None:
+        env["OTEL_EXPORTER_OTLP_TRACES_INSECURE"] = "true"  # the collector speaks plain gRPC
     if plan.ucx.tls:
         env["UCX_TLS"] = plan.ucx.tls
     if plan.ucx.net_devices:

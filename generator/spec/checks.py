@@ -276,6 +276,46 @@ def _group_placement(
             )
 
 
+# Grafana ships as a container image (a registry) or from Grafana's own apt source; a cpu
+# machine here has neither, only Debian's archive (which has Prometheus, not Grafana).
+GRAFANA_ON_CPU = (
+    "Grafana cannot be installed on the cpu profile: it comes from a container registry or "
+    "Grafana's own package source, and cpu stacks build only on the local base image and "
+    "Debian's packages"
+)
+
+
+def _observe(spec: Spec) -> Iterator[SpecIssue]:
+    observe = spec.observe
+    if not observe.enabled:
+        for name in sorted(observe.model_fields_set - {"enabled"}):
+            yield SpecIssue(
+                f"observe.{name}",
+                "is read only when observe.enabled is true",
+                f"set observe.enabled: true, or remove observe.{name}",
+            )
+        return
+    if spec.profile is Profile.CPU and observe.grafana:
+        yield SpecIssue(
+            "observe.grafana",
+            GRAFANA_ON_CPU,
+            "set observe.grafana: false (Prometheus and its rules still run), or profile: gpu",
+        )
+    if spec.profile is Profile.CPU and observe.traces:
+        yield SpecIssue(
+            "observe.traces",
+            "the OpenTelemetry collector comes from a container registry, and cpu stacks build "
+            "only on the local base image and Debian's packages",
+            "set observe.traces: false, or profile: gpu",
+        )
+    if spec.runtime is Runtime.PROCESS:
+        yield SpecIssue(
+            "observe.enabled",
+            "the process runtime does not run Prometheus, Grafana or a collector yet",
+            "use runtime: compose, or set observe.enabled: false",
+        )
+
+
 _CHECKS: tuple[Check, ...] = (
     _router_host,
     _profile_settings,
@@ -287,4 +327,5 @@ _CHECKS: tuple[Check, ...] = (
     _placement,
     _owned_settings,
     _secret_env,
+    _observe,
 )

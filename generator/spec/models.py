@@ -67,6 +67,7 @@ __all__ = [
     "ModelSpec",
     "NetworkingSpec",
     "NixlSpec",
+    "ObserveSpec",
     "PipSpec",
     "PlacementSpec",
     "PolicyChoice",
@@ -435,6 +436,37 @@ class PortBases(StrictModel):
     lmcache_coordinator: Port = 9300  # lmcache.p2p: the coordinator's HTTP port (LMCache's)
     lmcache_p2p: Port = 8290  # lmcache.p2p: each server's transfer channel
     router_metrics: Port = 29000
+    # observe: on the stack's first host. Not 9090/3000/4317: a GPU host's own Prometheus,
+    # Grafana and OpenTelemetry collector often hold those (generator/plan/agent_ports.py).
+    prometheus: Port = 9490
+    grafana: Port = 3400
+    otel_collector: Port = 4417  # OTLP over gRPC
+
+
+class ObserveSpec(StrictModel):
+    """Prometheus (and Grafana, an OpenTelemetry collector) added to the stack, scraping every
+    part of it, with alert rules for the ways P/D fails silently. Off by default."""
+
+    enabled: bool = False
+    scrape_interval_s: int = Field(5, ge=1, le=3600)
+    publish: bool = Field(
+        False,
+        description="Prometheus and Grafana reachable from other machines; off: on the host "
+        "only (loopback on a bridge), as the stack's other ports",
+    )
+    grafana: bool | None = Field(
+        None, description="Grafana with the stack's dashboards; default: on for gpu, off for cpu"
+    )
+    traces: bool = Field(
+        False, description="an OTLP collector; engines and LMCache servers send it their traces"
+    )
+    kv_floor_gib_s: float | None = Field(
+        None,
+        gt=0,
+        le=1 << 20,
+        description="alert when KV moves slower than this; default: the verdict's floor for the "
+        "stack's KV path (none on cpu, whose speed is a figure)",
+    )
 
 
 class Spec(StrictModel):
@@ -461,6 +493,7 @@ class Spec(StrictModel):
     hf: HFSpec = Field(default_factory=HFSpec)
     ports: PortBases = Field(default_factory=PortBases)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    observe: ObserveSpec = Field(default_factory=ObserveSpec)
 
     @property
     def is_multi_host(self) -> bool:

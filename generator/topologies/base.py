@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from generator.errors import SpecIssue
 from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import EnginePlan, Network, Plan, Role
 from generator.plan.parts import EngineKV, SidecarPlan, TopologyPlan
 from generator.plan.ports import PortBook
@@ -31,6 +31,7 @@ __all__ = [
     "foreign_settings",
     "kv_prompt_tokens",
     "no_sidecar",
+    "page_address",
 ]
 
 
@@ -95,6 +96,15 @@ def kv_prompt_tokens(profile: Profile, chunk_size: int) -> int:
     """A few LMCache chunks on CPU. On GPUs a few thousand tokens (hundreds of MiB of KV): a
     transfer of microseconds would be timed mostly by vLLM's completion polling, not the link."""
     return 4096 if profile is not Profile.CPU else 3 * chunk_size
+
+
+def page_address(plan: Plan, service: str, host: str, *, loopback: bool) -> str:
+    """Where observe's Prometheus (on the first host) reaches a page: by service name on a
+    bridge; with host networking at loopback where the page listens only there (single-host
+    stacks: Prometheus shares that host), else at its host's address."""
+    if plan.network == "bridge":
+        return service
+    return "127.0.0.1" if loopback else plan.host(host).address
 
 
 def no_sidecar(kind: Topology, sidecar: SidecarPlan) -> TypeError:
@@ -200,6 +210,11 @@ class TopologyUnit(Protocol):
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         """Ports besides vLLM's http port that a prober outside reaches (published)."""
+        ...
+
+    def metrics_pages(self, plan: Plan, engine: EnginePlan) -> tuple[MetricsPage, ...]:
+        """The Prometheus pages of the engine's own parts besides vLLM's /metrics (its LMCache
+        server, NIXL's exporter)."""
         ...
 
     def receiver_ports(self, engine: EnginePlan) -> ReceiverPorts | None:

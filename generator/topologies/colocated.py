@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from generator.errors import SpecIssue, XpydError
 from generator.limits import BASELINE_SUFFIX, PD_NAME_MAX, STACK_NAME_MAX
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import EnginePlan, Plan
+from generator.plan.observe import OBSERVE_PORT_FIELDS
 from generator.plan.parts import ColocatedTopology, NoKV, SidecarPlan
 from generator.plan.ports import PortBook
 from generator.spec import Profile, RouterKind, Spec, Topology
@@ -58,6 +59,9 @@ class Colocated:
 
     def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]:
         return {}
+
+    def metrics_pages(self, plan: Plan, engine: EnginePlan) -> tuple[MetricsPage, ...]:
+        return ()
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         return ()
@@ -104,7 +108,7 @@ def baseline_data(spec: Spec, plan: Plan) -> dict[str, Any]:
     data["ports"] = {
         field: value
         for field, value in data.get("ports", {}).items()
-        if field in ("prefill_http", "decode_http", "router_metrics")
+        if field in ("prefill_http", "decode_http", "router_metrics", *OBSERVE_PORT_FIELDS)
     }
     data["router"] = _router(data.get("router", {}), plan)
     return data

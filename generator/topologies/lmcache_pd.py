@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
     EngineKV,
@@ -34,6 +34,7 @@ from generator.topologies.base import (
     foreign_settings,
     kv_prompt_tokens,
     no_sidecar,
+    page_address,
 )
 
 __all__ = ["LMCACHE_CONFIG_PATH", "UNIT", "LMCachePD"]
@@ -128,6 +129,23 @@ class LMCachePD:
             env |= _telemetry_env(plan, engine.kv.nixl_telemetry_port)
         return env
 
+    def metrics_pages(self, plan: Plan, engine: EnginePlan) -> tuple[MetricsPage, ...]:
+        kv = engine.kv
+        if not isinstance(kv, LMCachePDSenderKV):
+            return ()
+        loopback = _TELEMETRY_LOCAL in _telemetry_env(plan, kv.nixl_telemetry_port)
+        address = page_address(plan, engine.name, engine.host, loopback=loopback)
+        page = MetricsPage(
+            "nixl-telemetry",
+            engine.name,
+            engine.role.value,
+            engine.host,
+            address,
+            kv.nixl_telemetry_port,
+            engine=engine.name,
+        )
+        return (page,)
+
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         kv = engine.kv
         return (kv.nixl_telemetry_port,) if isinstance(kv, LMCachePDSenderKV) else ()
@@ -184,6 +202,9 @@ def _sender(engine: EnginePlan) -> LMCachePDSenderKV:
     return part_of(engine.kv, LMCachePDSenderKV, engine.name)
 
 
+_TELEMETRY_LOCAL = "NIXL_TELEMETRY_PROMETHEUS_LOCAL"  # listen on loopback only
+
+
 def _telemetry_env(plan: Plan, port: int) -> dict[str, str]:
     env = {
         "NIXL_TELEMETRY_ENABLE": "y",
@@ -194,7 +215,7 @@ def _telemetry_env(plan: Plan, port: int) -> dict[str, str]:
     # at the host's address (as they read vLLM's /metrics). On a bridge it is published on
     # loopback.
     if plan.network == "host" and not plan.is_multi_host:
-        env["NIXL_TELEMETRY_PROMETHEUS_LOCAL"] = "y"
+        env[_TELEMETRY_LOCAL] = "y"
     return env
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from generator.errors import SpecIssue
-from generator.plan.files import ConfigFile
+from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
     LMCacheServerPlan,
@@ -35,6 +35,7 @@ from generator.topologies.base import (
     baseline_room,
     foreign_settings,
     kv_prompt_tokens,
+    page_address,
 )
 
 __all__ = ["UNIT", "NixlMP"]
@@ -159,6 +160,22 @@ class NixlMP:
             "VLLM_NIXL_SIDE_CHANNEL_HOST": engine.advertise_host,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(_kv(engine).side_channel_ports[0]),
         }
+
+    def metrics_pages(self, plan: Plan, engine: EnginePlan) -> tuple[MetricsPage, ...]:
+        # LMCache 0.5.6 serves its metrics on its HTTP port: --prometheus-port does not listen.
+        server = _kv(engine).lmcache_server
+        loopback = _http_bind(plan) == "127.0.0.1"
+        address = page_address(plan, server.service, engine.host, loopback=loopback)
+        page = MetricsPage(
+            "lmcache",
+            server.service,
+            "lmcache",
+            engine.host,
+            address,
+            server.http_port,
+            engine=engine.name,
+        )
+        return (page,)
 
     def engine_ports(self, engine: EnginePlan) -> tuple[int, ...]:
         return ()
@@ -312,11 +329,17 @@ def _server(spec: Spec, book: PortBook, site: EngineSite) -> LMCacheServerPlan:
     )
 
 
+def _http_bind(plan: Plan) -> str:
+    """On a bridge network peers reach the server by service name, so bind all interfaces of
+    the container; with host networking only the co-located engine needs it, and observe's
+    Prometheus where the server runs on another host than Prometheus's first one."""
+    scraped_from_afar = plan.observe is not None and plan.is_multi_host
+    return "127.0.0.1" if plan.network == "host" and not scraped_from_afar else "0.0.0.0"
+
+
 def _lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
     server, settings = _kv(engine).lmcache_server, _settings(plan)
-    # On a bridge network peers reach the server by service name, so bind all interfaces of
-    # the container; with host networking only the co-located engine needs it.
-    bind = "127.0.0.1" if plan.network == "host" else "0.0.0.0"
+    bind = _http_bind(plan)
     p2p = settings.p2p
     # P2P peers dial the server's ZMQ port from their own hosts.
     zmq_bind = bind if p2p is None else "0.0.0.0"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from generator.plan import EnginePlan, Plan
+from generator.plan.observe import OTEL_SERVICE
 from generator.spec import Profile, Runtime
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.graph import Graph
@@ -100,12 +101,15 @@ def build_graph(plan: Plan, options: RunOptions | None = None) -> Graph:
         limit,
         wheels,
     )
-    router = g.add(
-        "build-router", prepare.build_router_image, "build the router image", limit, wheels
-    )
+    built_here = "the router image" + (" and Prometheus's" if _builds_prometheus(plan) else "")
+    router = g.add("build-router", prepare.build_router_image, f"build {built_here}", limit, wheels)
     waits = [w for host in plan.hosts for w in _engine_part(g, host.name, engines, router)]
     _router_part(g, waits, router)
     return Graph(g.tasks)
+
+
+def _builds_prometheus(plan: Plan) -> bool:
+    return plan.observe is not None and plan.profile is Profile.CPU
 
 
 def _ship(g: _Builder, host: str, built: list[Task]) -> Task | None:
@@ -220,12 +224,14 @@ def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
         15 * _MINUTE,
         wait,
     )
+    observed = _observe_part(g, wait)
     bench = g.add(
         "bench",
         verdict.bench,
         "vLLM's serving benchmark through the router (optional)",
         120 * _MINUTE,
         smoke,
+        observed,
     )
     g.add(
         "down",
@@ -234,6 +240,30 @@ def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
         10 * _MINUTE,
         bench,
         teardown=True,
+    )
+
+
+def _observe_part(g: _Builder, after: Task) -> Task | None:
+    """observe's services once every part they scrape is up (a bench then runs observed)."""
+    observe = g.plan.observe
+    if observe is None:
+        return None
+    host, names = observe.host, list(observe.services)
+    start = g.add(
+        g.on("start-observe", host),
+        services.start_services(host, names),
+        f"{host}: start {', '.join(names)}",
+        _START_LIMIT_S,
+        after,
+    )
+    # The OTLP collector's upstream image has no shell, so no health check: running is all.
+    checked = [name for name in names if name != OTEL_SERVICE]
+    return g.add(
+        g.on("wait-observe", host),
+        services.wait_healthy(host, checked),
+        f"{host}: {', '.join(checked)} healthy",
+        g.wait_limit_s(services.SIDECAR_DEADLINE_S),
+        start,
     )
 
 

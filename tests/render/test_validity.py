@@ -42,6 +42,10 @@ VARIANTS = {
         "prefill.count=3",
         "hosts.0.gpus=[0,1,2,3,4,5,6,7]",
     ],
+    # observe: Prometheus built from Debian's package (cpu); pinned upstream images, Grafana
+    # and the OTLP collector on a multi-host GPU stack.
+    "cpu-observe": ["observe.enabled=true", "observe.kv_floor_gib_s=50"],
+    "gpu-observe": ["observe.enabled=true", "observe.traces=true", "observe.publish=true"],
 }
 BASE = {
     "cpu-lmcache-pd": "cpu-1p1d",
@@ -51,6 +55,8 @@ BASE = {
     "proxy-nixl": "xpyd-mp",
     "gpu-nvidia-runtime": "xpyd",
     "gpu-cdi": "xpyd-mp",
+    "cpu-observe": "cpu-1p1d",
+    "gpu-observe": "xpyd-mp-2host",
 }
 
 

@@ -12,6 +12,7 @@ from generator.errors import StackError
 from generator.plan import Plan
 from generator.render.writer import write_rendered
 from generator.runtimes.process import ProcessStack
+from generator.services.model import ImageRef
 from generator.spec import Runtime
 from generator.topologies import topology_of
 from generator.workflow.context import RunContext
@@ -196,7 +197,8 @@ def build_engine_images(context: RunContext) -> str:
 
 
 def build_router_image(context: RunContext) -> str:
-    return _build(context, {"router"}, "build-router.log")
+    # And observe's Prometheus on cpu (Debian's package): small, and made with the router's base.
+    return _build(context, {"router", "prometheus"}, "build-router.log")
 
 
 def needs_shipping(plan: Plan, host: str) -> bool:
@@ -204,12 +206,18 @@ def needs_shipping(plan: Plan, host: str) -> bool:
     return not host_endpoint(plan.host(host)).is_local
 
 
+def _pulled_by_host(image: ImageRef) -> bool:
+    return image.build is None and image.pull_policy == "missing"
+
+
 def ship_images_to(host: str) -> Callable[[RunContext], str]:
     def ship(context: RunContext) -> str:
         from generator.docker import LOCAL, transfer_images
 
         stack = context.hosts[host]
-        tags = sorted({s.image.tag for s in stack.project.host_services.services})
+        # Not the images a host pulls itself (observe's, from their registries, pinned).
+        services = stack.project.host_services.services
+        tags = sorted({s.image.tag for s in services if not _pulled_by_host(s.image)})
         report = transfer_images(tags, LOCAL, stack.endpoint, _every(context, host))
         if not report.sent:
             raise SkipTask(f"already on {stack.endpoint.label}")

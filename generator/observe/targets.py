@@ -1,0 +1,74 @@
+"""Every Prometheus page of the stack, on every host: the engines' vLLM /metrics, each part's
+own page (LMCache servers, NIXL's exporters: the topology's to say), the router's (its unit's
+to say), and ``prometheus.yml`` scraping them with the labels dashboards and rules group by."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from generator.plan import EnginePlan, Plan
+from generator.plan.files import MetricsPage
+from generator.plan.observe import ObservePlan
+from generator.routers import router_of
+from generator.topologies import topology_of
+
+__all__ = ["RULES_PATH", "prometheus_config", "scrape_targets"]
+
+RULES_PATH: Final = "/etc/prometheus/rules.yml"  # where the Prometheus service reads them
+
+
+def scrape_targets(plan: Plan) -> tuple[MetricsPage, ...]:
+    topology = topology_of(plan)
+    pages: list[MetricsPage] = []
+    for engine in plan.engines:
+        pages.append(_vllm_page(engine))
+        pages.extend(topology.metrics_pages(plan, engine))
+    pages.append(router_of(plan).metrics_page(plan))
+    return tuple(pages)
+
+
+def _vllm_page(engine: EnginePlan) -> MetricsPage:
+    # vLLM listens on every interface; advertise_host is how peers (and Prometheus) reach it.
+    return MetricsPage(
+        "vllm", engine.name, engine.role.value, engine.host, engine.advertise_host,
+        engine.http_port, engine=engine.name,
+    )  # fmt: skip
+
+
+def target_labels(plan: Plan, page: MetricsPage) -> dict[str, str]:
+    """The labels every series of ``page`` carries: which engine (or the router), its role,
+    its host and the stack, so one Prometheus can hold several stacks. A scraped series' own
+    label of the same name yields (Prometheus keeps it as ``exported_<name>``): vLLM's
+    ``engine`` (its engine core's index), our proxy's ``role`` (a backend's side)."""
+    return {
+        "engine": page.engine or page.service,
+        "role": page.role,
+        "host": page.host,
+        "stack": plan.stack,
+        "service": page.service,
+    }
+
+
+def prometheus_config(plan: Plan, observe: ObservePlan) -> dict[str, Any]:
+    pages = scrape_targets(plan)
+    jobs = sorted({page.part for page in pages})
+    return {
+        "global": {
+            "scrape_interval": f"{observe.scrape_interval_s}s",
+            "evaluation_interval": f"{observe.scrape_interval_s}s",
+            "external_labels": {"stack": plan.stack},
+        },
+        "rule_files": [RULES_PATH],
+        "scrape_configs": [_job(plan, job, [p for p in pages if p.part == job]) for job in jobs],
+    }
+
+
+def _job(plan: Plan, job: str, pages: list[MetricsPage]) -> dict[str, Any]:
+    return {
+        "job_name": job,
+        "metrics_path": pages[0].path,
+        "static_configs": [
+            {"targets": [f"{page.address}:{page.port}"], "labels": target_labels(plan, page)}
+            for page in pages
+        ],
+    }
