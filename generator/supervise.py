@@ -102,16 +102,23 @@ def main(argv: list[str]) -> int:
         print("usage: supervise.py SERVICE -- COMMAND...", file=sys.stderr)
         return 2
     service, command = argv[0], argv[2:]
-    child = subprocess.Popen(command)
-    pid_file(service).write_text(str(child.pid), encoding="ascii")
     asked: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _: FrameType | None) -> None:
         asked.append(signum)
-        child.send_signal(signum)
+        if child is not None:
+            child.send_signal(signum)
 
+    # Handled before the command starts, so the command gets them at their default: one
+    # ignored where the supervisor started (a background shell ignores SIGINT) would stay
+    # ignored in the command (exec keeps an ignored signal ignored), and no trap there helps.
     for signum in _FORWARDED:
         signal.signal(signum, forward)
+    child = subprocess.Popen(command)
+    if asked:  # asked to stop while the command was starting
+        child.send_signal(asked[-1])
+    pid_file(service).write_text(str(child.pid), encoding="ascii")
     returncode = child.wait()
     print(describe(service, returncode, asked_to_stop=bool(asked)), file=sys.stderr, flush=True)
     return exit_code(returncode, asked_to_stop=bool(asked))

@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from generator.supervise import SOURCE, exit_code
+from generator.supervise import SOURCE, exit_code, pid_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERVISE = [sys.executable, str(ROOT / SOURCE), "decode-0", "--"]
 
 
-def supervised(*command: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*SUPERVISE, *command], stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+def _wait_for(path: Path, within_s: float = 30.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
 
 
 def test_an_exit_0_nobody_asked_for_is_a_failure() -> None:
@@ -46,12 +47,23 @@ def test_a_killed_command_exits_as_a_shell_would_say() -> None:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_is_forwarded_and_its_exit_kept(signum: signal.Signals) -> None:
     # The command traps the signal and exits 0, as a server that shuts down cleanly does.
-    child = supervised("sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 0.05; done")
-    time.sleep(2.0)  # the trap is set (a loaded machine starts sh slowly)
+    service = f"stop-test-{time.monotonic_ns()}"
+    child = subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), service, "--", "sh", "-c",
+         "trap 'exit 0' TERM INT; echo trapped > \"$0\"; while :; do sleep 0.05; done",
+         str(pid_file(service).with_suffix(".trapped"))],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    # The supervisor's handlers are in place once it wrote the pid file, the command's trap
+    # once it said so: a signal before then would be lost where the shell that started the
+    # tests ignores SIGINT (a background job: measured, the test then hung).
+    _wait_for(pid_file(service))
+    _wait_for(pid_file(service).with_suffix(".trapped"))
     child.send_signal(signum)
     _, stderr = child.communicate(timeout=10)
     assert child.returncode == 0
     assert "after it was asked to stop" in stderr
+    pid_file(service).with_suffix(".trapped").unlink()
 
 
 def test_usage_is_refused() -> None:
