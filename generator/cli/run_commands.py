@@ -76,6 +76,7 @@ def register(app: typer.Typer) -> None:
     add_command(app, status, "Stacks")
     add_command(app, logs, "Stacks")
     add_command(app, dag, "Stacks")
+    add_command(app, observe, "Stacks")
 
 
 def up(
@@ -232,6 +233,38 @@ def status(stack: StackArg, host: HostOpt = None) -> None:
     last_run = latest_run(find_workspace().runs_dir, stack)
     for name, compose in rendered_stacks(stack, host=host):
         print_status(f"{compose.project} (host {name})", compose.ps(), last_run)
+
+
+def observe(
+    stack: StackArg,
+    set_: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
+) -> None:
+    """What the live Prometheus of an observed stack says: every scrape target's health,
+    every rule's (and the alerts firing now), and whether each dashboard panel's query and
+    each recording rule answers with data, asked as Grafana asks them. Exit 1 when a target
+    is down, a rule failed to evaluate or a query was refused.
+
+    Use the --set overrides the stack was brought up with, e.g.
+    `observe cpu-1p1d --set observe.enabled=true`."""
+    import json
+
+    from generator.cli.tables import print_observe
+    from generator.observe.check import Answer, check_prometheus
+    from generator.workbench import load_plan
+
+    report = check_prometheus(load_plan(stack, set_ or []))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        print_observe(report)
+    broken = (
+        any(health != "up" for health in report.targets.values())
+        or any(health == "err" for health in report.rules.values())
+        or any(q.answer is Answer.ERROR for q in report.queries)
+    )
+    if broken:
+        raise typer.Exit(1)
 
 
 def logs(

@@ -14,10 +14,18 @@ from generator.plan import Plan
 if TYPE_CHECKING:
     from generator.docker import ServiceState
     from generator.doctor import DoctorReport
+    from generator.observe.check import ObserveReport
     from generator.probes import SmokeResult
     from generator.workflow.graph import Graph
 
-__all__ = ["print_dag", "print_doctor", "print_plan", "print_status", "print_verdict"]
+__all__ = [
+    "print_dag",
+    "print_doctor",
+    "print_observe",
+    "print_plan",
+    "print_status",
+    "print_verdict",
+]
 
 
 def _console() -> Console:
@@ -177,3 +185,25 @@ def print_doctor(report: DoctorReport) -> None:
     console.print(table)
     verdict = "[green]ready[/green]" if report.passed else "[red]NOT ready[/red]"
     console.print(f"{escape(report.stack)} on {escape(report.host)}: {verdict}")
+
+
+def print_observe(report: ObserveReport) -> None:
+    console = _console()
+    parts = Table(title="scrape targets and rules (Prometheus's health)")
+    for column in ("what", "name", "health"):
+        parts.add_column(column)
+    for name, health in sorted(report.targets.items()):
+        parts.add_row(*_plain("target", name, health))
+    for name, health in sorted(report.rules.items()):
+        error = report.rule_errors.get(name)
+        parts.add_row(*_plain("rule", name, f"{health}: {error}" if error else health))
+    console.print(parts)
+    queries = Table(title="dashboard panels and recorded series, asked as Grafana asks")
+    for column in ("source", "answer", "series"):
+        queries.add_column(column)
+    for query in report.queries:
+        answer = f"{query.answer.value}: {query.detail}" if query.detail else query.answer.value
+        queries.add_row(*_plain(query.source, answer, str(query.series)))
+    console.print(queries)
+    console.print(f"alerts firing: {', '.join(report.firing) or 'none'}")
+    console.print(f"alerts pending: {', '.join(report.pending) or 'none'}")

@@ -3,7 +3,9 @@ by our proxy (disagg_spec, ZMQ notices, first token from the prefiller), with th
 connector in the engine images; the connector's own check inside the image; and, last (issue
 17), the stack still serving normal requests after attacks on its proxy: hostile messages on
 the KV-notice port (class 1) and requests whose decode step vLLM refuses after the KV was
-pushed, or would refuse (class 2). One stack up for all of it."""
+pushed, or would refuse (class 2); and (issue 20) its live Prometheus: every target, rule and
+dashboard query answered, the KV-floor alert holding and an engine killed firing its alert.
+One stack up for all of it."""
 
 from __future__ import annotations
 
@@ -21,11 +23,14 @@ pytestmark = pytest.mark.stack
 STACK, PROJECT = "cpu-lmcache-pd", "xpyd-cpu-lmcache-pd"
 RUN_ID = f"pytest-lmpd-{int(time.time())}"
 DECODER = "http://127.0.0.1:7200"
+# Issue 20: observed, with a KV floor above any TCP speed, so that its alert must hold.
+OBSERVE = ["--set", "observe.enabled=true", "--set", "observe.kv_floor_gib_s=1000"]
+PROMETHEUS = "http://127.0.0.1:9490"
 
 
 @pytest.fixture(scope="module")
 def stack_up() -> Iterator[dict[str, Any]]:
-    result = cli("up", STACK, "--run-id", RUN_ID)
+    result = cli("up", STACK, *OBSERVE, "--run-id", RUN_ID)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     yield json.loads((ROOT / "runs" / RUN_ID / "run.json").read_text())
     # An idle LMCache P/D engine spins a whole core: never leave it running for later tests.
@@ -234,3 +239,64 @@ def test_decoder_refusals_strand_no_kv(stack_up: dict[str, Any]) -> None:
     metrics = httpx.get(f"{PROXY}/metrics", timeout=10).text
     assert "kv_notice_timeout" not in metrics
     assert 'stage="decode_drain"' not in metrics
+
+
+def observe_report() -> dict[str, Any]:
+    result = cli("observe", STACK, *OBSERVE, "--json")
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def alerts(state: str) -> set[tuple[str, str]]:
+    import httpx
+
+    body = httpx.get(f"{PROMETHEUS}/api/v1/alerts", timeout=10).json()
+    return {
+        (a["labels"]["alertname"], a["labels"].get("engine", ""))
+        for a in body["data"]["alerts"]
+        if a["state"] == state
+    }
+
+
+def wait_for(check: Any, within_s: float, every_s: float = 2.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {within_s} s: {check}"
+        time.sleep(every_s)
+
+
+def test_prometheus_answers_every_rule_and_dashboard_query(stack_up: dict[str, Any]) -> None:
+    import httpx
+
+    # KV moved within the rules' 1-minute rate window: a few prompts of ~1000 tokens.
+    with httpx.Client(base_url=PROXY, timeout=120) as client:
+        for index in range(4):
+            prompt = f"observed {index}: " + " ".join(f"word{j}" for j in range(300))
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 4}
+            assert client.post("/v1/completions", json=body).status_code == 200
+    wait_for(lambda: ("XpydKvPathSlow", "prefill-0") in alerts("pending") | alerts("firing"), 60)
+    report = observe_report()
+    assert report["targets"] == {
+        "vllm prefill-0": "up",
+        "vllm decode-0": "up",
+        "nixl-telemetry prefill-0": "up",
+        "proxy router": "up",
+    }
+    assert set(report["rules"].values()) == {"ok"}, report["rule_errors"]
+    answers = {q["source"]: q["answer"] for q in report["queries"]}
+    assert "error" not in answers.values(), [q for q in report["queries"] if q["answer"] == "error"]
+    # Every panel and recorded series has data, but the proxy's error counter: it has a series
+    # only once an error happened (none may have, by now).
+    empty = [source for source, answer in answers.items() if answer == "empty"]
+    assert all("Errors by stage" in source for source in empty), empty
+    assert len(answers) >= 30
+
+
+def test_a_killed_engine_fires_its_alert(stack_up: dict[str, Any]) -> None:
+    """Last: decode-0 is killed for good (Docker never restarts a container it killed)."""
+    import subprocess
+
+    subprocess.run(["docker", "kill", f"{PROJECT}-decode-0-1"], check=True, capture_output=True)
+    # One failed scrape makes it pending; 30 s of them (the rule's `for`), firing.
+    wait_for(lambda: ("XpydEngineDown", "decode-0") in alerts("firing"), 90)
+    assert observe_report()["targets"]["vllm decode-0"] == "down"

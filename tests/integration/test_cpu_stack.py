@@ -208,27 +208,3 @@ def test_testcontainers_brings_up_the_rendered_stack(stack_up: dict[str, Any]) -
         result = run_smoke(plan, nonce=f"{RUN_ID}-tc", read_inside=read_here)
         assert result.passed, [row for row in result.rows if row.passed is False]
     assert [s for s in project_states(ROOT, STACK, PROJECT) if s.status == "running"] == []
-
-
-def test_our_proxy_drives_the_nixl_stack(stack_up: dict[str, Any], scratch_root: Path) -> None:
-    """router.kind=proxy: our proxy speaks NixlConnector's protocol to the same real engines."""
-    assert [s for s in project_states(ROOT, STACK, PROJECT) if s.status == "running"] == []
-    root = workspace_copy(scratch_root / "proxy")
-    flags = set_flags(
-        ["name=cpu-proxy", "router.kind=proxy", "router.policy=least_outstanding", *SHIFTED]
-    )
-    result = cli("up", STACK, *flags, "--run-id", f"{RUN_ID}-proxy", root=root)
-    try:
-        assert result.returncode == 0, result.stderr[-3000:]
-        record = json.loads((root / "runs" / f"{RUN_ID}-proxy" / "run.json").read_text())
-        rows = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
-        assert (
-            rows["router stamps prefill/decode pair"]["observed"]
-            == "X-Xpyd-Prefill: prefill-0, X-Xpyd-Decode: decode-0"
-        )
-        assert all(row["passed"] is not False for row in rows.values())
-        assert (
-            int(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 256
-        )
-    finally:
-        assert cli("down", "cpu-proxy", root=root).returncode == 0

@@ -44,6 +44,18 @@ def drill() -> Iterator[dict[str, Any]]:
         cli("down", STACK)
 
 
+def test_our_proxy_drives_the_nixl_stack(drill: dict[str, Any]) -> None:
+    """Before the fault: our proxy speaks NixlConnector's protocol to real engines (the
+    drill's own `up`, verdict and all)."""
+    record = json.loads((ROOT / "runs" / RUN_ID / "up" / "run.json").read_text())
+    rows = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
+    assert all(row["passed"] is not False for row in rows.values()), rows
+    stamped = rows["router stamps prefill/decode pair"]["observed"]
+    assert stamped in {f"X-Xpyd-Prefill: prefill-0, X-Xpyd-Decode: decode-{i}" for i in (0, 1)}
+    assert int(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 256
+    assert rows["prompt tokens computed on decode (local_compute)"]["observed"] == "0"
+
+
 def test_the_kill_happened_and_docker_brought_the_decoder_back(drill: dict[str, Any]) -> None:
     assert "sent SIGKILL" in drill["injected"]
     assert drill["summary"]["restarts"] >= 1
@@ -77,9 +89,11 @@ def test_the_proxy_ejected_the_decoder_within_its_bound(drill: dict[str, Any]) -
 def test_the_verdict_passes_again_after_the_fault(
     drill: dict[str, Any],
 ) -> None:
-    # As the load ended decode-0 was still restarting; the verdict then is recorded, not
-    # asserted: it reads every engine's counters, so it fails while one is down (measured).
-    assert drill["verdict_during"] is not None
+    # As the load ended decode-0 was still restarting: the verdict then left it out and
+    # judged the stack as it served, through decode-1.
+    if drill["verdict_during"] is not None:
+        assert drill["verdict_during"] is True
+        assert drill["summary"]["verdict_during_s"] < 60
     assert drill["verdict_after"] is True
     report = (ROOT / "runs" / RUN_ID / "fault.md").read_text()
     assert "| verdict after the fault | PASS" in report

@@ -1,0 +1,164 @@
+"""What the stack's live Prometheus says about what observe rendered: every target up, every
+rule evaluated without error, every dashboard query answered with data, and the alerts that
+fire now. The rules and panels are the rendered ones (rules.py, panels.py), asked for as
+Grafana would ask (its variables at "All", its rate interval at a minute)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+from generator.errors import StackError
+from generator.observe.panels import dashboard_rows
+from generator.observe.rules import recording_rules
+from generator.plan import Plan
+
+__all__ = [
+    "Answer",
+    "ObserveReport",
+    "QueryAnswer",
+    "as_grafana_asks",
+    "asked_queries",
+    "check_prometheus",
+    "prometheus_url",
+]
+
+# Grafana's variables at "All" (regex .*) and its rate interval (4 scrapes at 5 s, rounded up).
+_GRAFANA_DEFAULTS = {
+    "$engine": ".*",
+    "$role": ".*",
+    "$host": ".*",
+    "$__rate_interval": "1m",
+}
+
+
+class Answer(StrEnum):
+    DATA = "data"
+    EMPTY = "empty"  # parsed and evaluated, no series (yet)
+    ERROR = "error"  # Prometheus refused it: the message says why
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    source: str  # "panel <row> / <title>" or "recording rule <name>"
+    expr: str
+    answer: Answer
+    series: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ObserveReport:
+    targets: dict[str, str]  # "job service" -> Prometheus's health (up, down, unknown)
+    rules: dict[str, str]  # rule name -> Prometheus's health (ok, err, unknown)
+    rule_errors: dict[str, str]  # rule name -> its last error
+    firing: tuple[str, ...]  # alerts firing now
+    pending: tuple[str, ...]  # alerts whose condition holds, not yet for their `for:`
+    queries: tuple[QueryAnswer, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "targets": self.targets,
+            "rules": self.rules,
+            "rule_errors": self.rule_errors,
+            "firing": list(self.firing),
+            "pending": list(self.pending),
+            "queries": [q.__dict__ | {"answer": q.answer.value} for q in self.queries],
+        }
+
+
+def prometheus_url(plan: Plan) -> str:
+    if plan.observe is None:
+        raise StackError(
+            f"{plan.stack} is not observed: it has no Prometheus",
+            hint="bring it up with --set observe.enabled=true (or observe: {enabled: true})",
+        )
+    return f"http://{plan.reach_address(plan.observe.host)}:{plan.observe.prometheus_port}"
+
+
+def check_prometheus(plan: Plan, *, timeout_s: float = 10.0) -> ObserveReport:
+    url = prometheus_url(plan)
+    with httpx.Client(base_url=url, timeout=timeout_s) as client:
+        targets = _targets(client)
+        rules, errors = _rules(client)
+        firing, pending = _alerts(client)
+        queries = tuple(_ask(client, source, expr) for source, expr in asked_queries(plan))
+    return ObserveReport(targets, rules, errors, firing, pending, queries)
+
+
+def asked_queries(plan: Plan) -> list[tuple[str, str]]:
+    asked = [(f"recording rule {r.record}", r.record) for r in recording_rules(plan)]
+    for row in dashboard_rows(plan):
+        for panel in row.panels:
+            for query, legend in panel.queries:
+                asked.append((f"panel {row.title} / {panel.title} ({legend})", query.expr))
+    return asked
+
+
+def as_grafana_asks(expr: str) -> str:
+    for variable, value in _GRAFANA_DEFAULTS.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def _ask(client: httpx.Client, source: str, expr: str) -> QueryAnswer:
+    asked = as_grafana_asks(expr)
+    body = _get(client, "/api/v1/query", {"query": asked})
+    if body.get("status") != "success":
+        return QueryAnswer(source, asked, Answer.ERROR, detail=str(body.get("error", body)))
+    result = body.get("data", {}).get("result", [])
+    answer = Answer.DATA if result else Answer.EMPTY
+    return QueryAnswer(source, asked, answer, series=len(result))
+
+
+def _targets(client: httpx.Client) -> dict[str, str]:
+    active = _data(client, "/api/v1/targets").get("activeTargets", [])
+    return {
+        f"{t['labels'].get('job', '?')} {t['labels'].get('service', t.get('scrapeUrl', '?'))}": t[
+            "health"
+        ]
+        for t in active
+    }
+
+
+def _rules(client: httpx.Client) -> tuple[dict[str, str], dict[str, str]]:
+    groups = _data(client, "/api/v1/rules").get("groups", [])
+    rules = [rule for group in groups for rule in group.get("rules", [])]
+    health = {rule["name"]: rule.get("health", "unknown") for rule in rules}
+    errors = {rule["name"]: rule["lastError"] for rule in rules if rule.get("lastError")}
+    return health, errors
+
+
+def _alerts(client: httpx.Client) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    alerts = _data(client, "/api/v1/alerts").get("alerts", [])
+
+    def named(state: str) -> tuple[str, ...]:
+        return tuple(sorted({a["labels"]["alertname"] for a in alerts if a["state"] == state}))
+
+    return named("firing"), named("pending")
+
+
+def _data(client: httpx.Client, path: str) -> dict[str, Any]:
+    body = _get(client, path, {})
+    if body.get("status") != "success":
+        raise StackError(
+            f"Prometheus answered {path} with {body.get('error', body)}",
+            hint="read its log: python -m generator logs STACK prometheus",
+        )
+    data: dict[str, Any] = body.get("data", {})
+    return data
+
+
+def _get(client: httpx.Client, path: str, params: dict[str, str]) -> dict[str, Any]:
+    try:
+        reply = client.get(path, params=params)
+    except httpx.HTTPError as error:
+        raise StackError(
+            f"Prometheus at {client.base_url} does not answer {path}: {error}",
+            hint="is the stack up with observe on? `python -m generator status STACK`",
+        ) from error
+    body: dict[str, Any] = reply.json()  # errors (400, 422) come as JSON with status "error"
+    return body
