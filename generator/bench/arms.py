@@ -4,12 +4,15 @@ stack's network, and read the engines' counters around each point."""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from generator.bench.cache_counters import read_cache_counters
 from generator.bench.results import ArmResult, PointResult, read_point
+from generator.errors import StackError
+from generator.observe.history import fetch_history
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
@@ -74,8 +77,11 @@ def run_arm(
     try:
         if options.idle_window_s > 0:
             result.idle_cpu_percent = _idle_cpu(context, options.idle_window_s)
+        started = time.time()
         for index, point in enumerate(options.points):
             result.points.append(_run_point(context, index, point, options.point_timeout_s))
+        if plan.observe is not None:  # before the arm is removed: its Prometheus goes with it
+            result.prometheus_file = _keep_history(context, arm, folder, started)
     except KeyboardInterrupt:  # as `up` does: Ctrl+C leaves nothing running
         reporter.event(EventLevel.FAILED, f"{plan.stack}: interrupted, removing it")
         remove_stack(context)
@@ -103,6 +109,19 @@ def _arm_result(arm: str, context: RunContext) -> ArmResult:
         verdict=verdict.as_dict(),
         kv_per_request=list(verdict.kv_transfers),
     )
+
+
+def _keep_history(context: RunContext, arm: str, folder: Path, started: float) -> str | None:
+    """The key dashboard panels over the arm's load points, from its Prometheus, as JSON
+    beside the arm's results (its name, relative to the report's folder)."""
+    try:
+        histories = fetch_history(context.plan, started, time.time())
+    except StackError as error:
+        context.reporter.event(EventLevel.WARN, f"no Prometheus history: {error.message}")
+        return None
+    name = f"{arm}/prometheus.json"
+    (folder / name).write_text(json.dumps([asdict(h) for h in histories]), encoding="utf-8")
+    return name
 
 
 def _idle_cpu(context: RunContext, window_s: float) -> dict[str, float]:

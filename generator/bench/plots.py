@@ -32,6 +32,11 @@ def draw_plots(report: BenchReport) -> list[str]:
         _throughput(report, "throughput.png"),
         _against_load(report, "latency_vs_load.png"),
     ]
+    drawn += [
+        _prometheus(report, arm.arm, arm.prometheus_file)
+        for arm in report.arms
+        if arm.prometheus_file
+    ]
     return drawn
 
 
@@ -131,6 +136,35 @@ def _against_load(report: BenchReport, name: str) -> str:
         panel.legend(fontsize="small")
     figure.suptitle(f"{report.stack}: latency and goodput against load")
     return _save(figure, report.folder / name)
+
+
+def _prometheus(report: BenchReport, arm: str, history_file: str) -> str:
+    """The key dashboard panels over the arm's load points, from its Prometheus (observed
+    stacks): one panel above another, seconds since the first point on a shared axis."""
+    import matplotlib.pyplot as plt
+
+    histories: list[dict[str, Any]] = json.loads(
+        (report.folder / history_file).read_text(encoding="utf-8")
+    )
+    stamps = [t for h in histories for line in h["lines"] for t, _ in line["points"]]
+    origin = min(stamps, default=0.0)
+    figure, axes = plt.subplots(
+        len(histories), 1, figsize=(9, 2.4 * max(1, len(histories))), squeeze=False, sharex=True
+    )
+    for panel, history in zip(axes[:, 0], histories, strict=True):
+        for line in history["lines"]:
+            xs = [t - origin for t, _ in line["points"]]
+            panel.plot(xs, [v for _, v in line["points"]], label=line["legend"])
+        if history["threshold"] is not None:
+            panel.axhline(history["threshold"], color="grey", linestyle="--", label="alert at")
+        empty = "" if history["lines"] else " (no data)"
+        panel.set(title=f"{history['title']}{empty}", ylabel=history["unit"])
+        panel.grid(alpha=0.3)
+        if history["lines"]:
+            panel.legend(fontsize="small", loc="upper right")
+    axes[-1, 0].set(xlabel="seconds since the first load point")
+    figure.suptitle(f"{report.stack} ({arm}): Prometheus over the benchmark")
+    return _save(figure, report.folder / f"prometheus-{arm}.png")
 
 
 def _save(figure: Any, path: Path) -> str:

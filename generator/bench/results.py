@@ -88,6 +88,8 @@ class ArmResult:
     kv_per_request: list[dict[str, Any]]  # the verdict's KV speed measurement
     points: list[PointResult] = field(default_factory=list)
     idle_cpu_percent: dict[str, float] = field(default_factory=dict)  # per service, 1 core = 100
+    # Observed stacks: the key dashboard panels over the load points (relative to the report).
+    prometheus_file: str | None = None
 
     @property
     def valid(self) -> bool:

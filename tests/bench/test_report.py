@@ -128,3 +128,26 @@ def test_plots_are_pngs_with_content(tmp_path: Path) -> None:
         assert height >= 300
         assert width >= 500
         assert pixels.std() > 0.05  # not a blank canvas
+
+
+def test_an_observed_arm_gets_a_plot_of_its_prometheus_history(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    made = report(tmp_path)
+    history = [  # as generator/observe/history.py keeps it (hand-written lines)
+        {
+            "title": "TTFT",
+            "unit": "s",
+            "threshold": None,
+            "lines": [{"legend": "p90 decode", "points": [[100.0, 0.2], [105.0, 0.4]]}],
+            "errors": [],
+        },
+        {"title": "KV GiB/s (reads)", "unit": "none", "threshold": 10.0, "lines": [], "errors": []},
+    ]
+    (tmp_path / "pd" / "prometheus.json").write_text(json.dumps(history))
+    made.arms[0] = replace(made.arms[0], prometheus_file="pd/prometheus.json")
+    names = draw_plots(made)
+    assert names[-1] == "prometheus-pd.png"
+    pixels = matplotlib.image.imread(tmp_path / "prometheus-pd.png")
+    assert pixels.shape[0] >= 400
+    assert pixels.std() > 0.05
