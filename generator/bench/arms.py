@@ -12,12 +12,12 @@ from pathlib import Path
 from generator.bench.cache_counters import read_cache_counters
 from generator.bench.results import ArmResult, PointResult, read_point
 from generator.errors import StackError
-from generator.observe.history import fetch_history
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
 from generator.probes.http import ProbeClient
 from generator.probes.kv_speed import KvCounters, read_counters, wait_for_transfers
+from generator.probes.prometheus_history import fetch_history
 from generator.services.bench import BenchSettings
 from generator.topologies import topology_of
 from generator.workflow.bench import run_bench_point

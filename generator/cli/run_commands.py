@@ -250,7 +250,7 @@ def observe(
     import json
 
     from generator.cli.tables import print_observe
-    from generator.observe.check import Answer, check_prometheus
+    from generator.probes.prometheus import Answer, check_prometheus
     from generator.workbench import load_plan
 
     report = check_prometheus(load_plan(stack, set_ or []))

@@ -14,8 +14,8 @@ from generator.plan import Plan
 if TYPE_CHECKING:
     from generator.docker import ServiceState
     from generator.doctor import DoctorReport
-    from generator.observe.check import ObserveReport
     from generator.probes import SmokeResult
+    from generator.probes.prometheus import ObserveReport
     from generator.workflow.graph import Graph
 
 __all__ = [

@@ -134,7 +134,7 @@ def test_an_observed_arm_gets_a_plot_of_its_prometheus_history(tmp_path: Path) -
     import matplotlib.image
 
     made = report(tmp_path)
-    history = [  # as generator/observe/history.py keeps it (hand-written lines)
+    history = [  # as generator/probes/prometheus_history.py keeps it (hand-written lines)
         {
             "title": "TTFT",
             "unit": "s",

@@ -35,6 +35,8 @@ def stack_up() -> Iterator[dict[str, Any]]:
     yield json.loads((ROOT / "runs" / RUN_ID / "run.json").read_text())
     # An idle LMCache P/D engine spins a whole core: never leave it running for later tests.
     cli("down", STACK)
+    # `up --set` rendered the observed stack into compose/: the committed files come back.
+    assert cli("render", STACK).returncode == 0
 
 
 def test_verdict_proves_lmcache_moved_the_kv(stack_up: dict[str, Any]) -> None:

@@ -9,12 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from generator.errors import StackError
-from generator.observe.check import as_grafana_asks, prometheus_url
 from generator.observe.panels import PanelSpec, dashboard_rows
 from generator.plan import Plan
+from generator.probes.http import ProbeClient
+from generator.probes.prometheus import Prometheus, as_grafana_asks, prometheus_url
 
 __all__ = ["Line", "PanelHistory", "fetch_history", "key_panels", "legend_of"]
 
@@ -63,12 +61,13 @@ def fetch_history(
         return []
     step = step_s or float(observe.scrape_interval_s)
     histories = []
-    with httpx.Client(base_url=prometheus_url(plan), timeout=30.0) as client:
+    with ProbeClient(plan.stack, timeout_s=30.0) as client:
+        prometheus = Prometheus(client, prometheus_url(plan))
         for panel in key_panels(plan):
             history = PanelHistory(panel.title, panel.unit, panel.threshold)
             for query, legend in panel.queries:
                 asked = as_grafana_asks(query.expr)
-                body = _range(client, asked, start, end, step)
+                body = _range(prometheus, asked, start, end, step)
                 if body.get("status") != "success":
                     history.errors.append(f"{asked}: {body.get('error', body)}")
                     continue
@@ -78,17 +77,10 @@ def fetch_history(
 
 
 def _range(
-    client: httpx.Client, expr: str, start: float, end: float, step: float
+    prometheus: Prometheus, expr: str, start: float, end: float, step: float
 ) -> dict[str, Any]:
     params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-    try:
-        body: dict[str, Any] = client.get("/api/v1/query_range", params=params).json()
-    except (httpx.HTTPError, ValueError) as error:
-        raise StackError(
-            f"the stack's Prometheus did not answer a range query: {error}",
-            hint="is it up? `python -m generator observe STACK --set observe.enabled=true`",
-        ) from error
-    return body
+    return prometheus.get("/api/v1/query_range", params)
 
 
 def _line(legend: str, result: dict[str, Any]) -> Line:

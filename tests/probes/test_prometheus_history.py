@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from generator.observe.history import _line, key_panels, legend_of
 from generator.paths import Workspace
+from generator.probes.prometheus_history import _line, key_panels, legend_of
 from tests.observe.helpers import observed_plan
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from generator.observe.check import as_grafana_asks, asked_queries
 from generator.observe.panels import dashboard_rows
 from generator.observe.rules import recording_rules
 from generator.paths import Workspace
+from generator.probes.prometheus import as_grafana_asks, asked_queries
 from tests.observe.helpers import observed_plan
 
 

@@ -8,17 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-
-import httpx
+from urllib.parse import urlencode
 
 from generator.errors import StackError
 from generator.observe.panels import dashboard_rows
 from generator.observe.rules import recording_rules
 from generator.plan import Plan
+from generator.probes.http import ProbeClient
 
 __all__ = [
     "Answer",
     "ObserveReport",
+    "Prometheus",
     "QueryAnswer",
     "as_grafana_asks",
     "asked_queries",
@@ -81,11 +82,12 @@ def prometheus_url(plan: Plan) -> str:
 
 def check_prometheus(plan: Plan, *, timeout_s: float = 10.0) -> ObserveReport:
     url = prometheus_url(plan)
-    with httpx.Client(base_url=url, timeout=timeout_s) as client:
-        targets = _targets(client)
-        rules, errors = _rules(client)
-        firing, pending = _alerts(client)
-        queries = tuple(_ask(client, source, expr) for source, expr in asked_queries(plan))
+    with ProbeClient(plan.stack, timeout_s=timeout_s) as client:
+        prometheus = Prometheus(client, url)
+        targets = _targets(prometheus)
+        rules, errors = _rules(prometheus)
+        firing, pending = _alerts(prometheus)
+        queries = tuple(_ask(prometheus, source, expr) for source, expr in asked_queries(plan))
     return ObserveReport(targets, rules, errors, firing, pending, queries)
 
 
@@ -104,9 +106,9 @@ def as_grafana_asks(expr: str) -> str:
     return expr
 
 
-def _ask(client: httpx.Client, source: str, expr: str) -> QueryAnswer:
+def _ask(prometheus: Prometheus, source: str, expr: str) -> QueryAnswer:
     asked = as_grafana_asks(expr)
-    body = _get(client, "/api/v1/query", {"query": asked})
+    body = prometheus.get("/api/v1/query", {"query": asked})
     if body.get("status") != "success":
         return QueryAnswer(source, asked, Answer.ERROR, detail=str(body.get("error", body)))
     result = body.get("data", {}).get("result", [])
@@ -114,8 +116,8 @@ def _ask(client: httpx.Client, source: str, expr: str) -> QueryAnswer:
     return QueryAnswer(source, asked, answer, series=len(result))
 
 
-def _targets(client: httpx.Client) -> dict[str, str]:
-    active = _data(client, "/api/v1/targets").get("activeTargets", [])
+def _targets(prometheus: Prometheus) -> dict[str, str]:
+    active = _data(prometheus, "/api/v1/targets").get("activeTargets", [])
     return {
         f"{t['labels'].get('job', '?')} {t['labels'].get('service', t.get('scrapeUrl', '?'))}": t[
             "health"
@@ -124,16 +126,16 @@ def _targets(client: httpx.Client) -> dict[str, str]:
     }
 
 
-def _rules(client: httpx.Client) -> tuple[dict[str, str], dict[str, str]]:
-    groups = _data(client, "/api/v1/rules").get("groups", [])
+def _rules(prometheus: Prometheus) -> tuple[dict[str, str], dict[str, str]]:
+    groups = _data(prometheus, "/api/v1/rules").get("groups", [])
     rules = [rule for group in groups for rule in group.get("rules", [])]
     health = {rule["name"]: rule.get("health", "unknown") for rule in rules}
     errors = {rule["name"]: rule["lastError"] for rule in rules if rule.get("lastError")}
     return health, errors
 
 
-def _alerts(client: httpx.Client) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    alerts = _data(client, "/api/v1/alerts").get("alerts", [])
+def _alerts(prometheus: Prometheus) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    alerts = _data(prometheus, "/api/v1/alerts").get("alerts", [])
 
     def named(state: str) -> tuple[str, ...]:
         return tuple(sorted({a["labels"]["alertname"] for a in alerts if a["state"] == state}))
@@ -141,8 +143,8 @@ def _alerts(client: httpx.Client) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return named("firing"), named("pending")
 
 
-def _data(client: httpx.Client, path: str) -> dict[str, Any]:
-    body = _get(client, path, {})
+def _data(prometheus: Prometheus, path: str) -> dict[str, Any]:
+    body = prometheus.get(path, {})
     if body.get("status") != "success":
         raise StackError(
             f"Prometheus answered {path} with {body.get('error', body)}",
@@ -152,13 +154,20 @@ def _data(client: httpx.Client, path: str) -> dict[str, Any]:
     return data
 
 
-def _get(client: httpx.Client, path: str, params: dict[str, str]) -> dict[str, Any]:
-    try:
-        reply = client.get(path, params=params)
-    except httpx.HTTPError as error:
-        raise StackError(
-            f"Prometheus at {client.base_url} does not answer {path}: {error}",
-            hint="is the stack up with observe on? `python -m generator status STACK`",
-        ) from error
-    body: dict[str, Any] = reply.json()  # errors (400, 422) come as JSON with status "error"
-    return body
+@dataclass(frozen=True)
+class Prometheus:
+    """GETs of a Prometheus's HTTP API, through the probes' one HTTP adapter."""
+
+    client: ProbeClient
+    url: str
+
+    def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        where = f"{self.url}{path}" + (f"?{urlencode(params)}" if params else "")
+        answer = self.client.answer(where)
+        if answer is None:
+            raise StackError(
+                f"Prometheus at {self.url} does not answer {path}",
+                hint="is the stack up with observe on? `python -m generator status STACK`",
+            )
+        body = answer.json()  # errors (400, 422) come as JSON with status "error"
+        return body if isinstance(body, dict) else {"status": "error", "error": answer.text[:200]}
