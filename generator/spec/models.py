@@ -458,7 +458,7 @@ class ObserveSpec(StrictModel):
         None, description="Grafana with the stack's dashboards; default: on for gpu, off for cpu"
     )
     traces: bool = Field(
-        False, description="an OTLP collector; engines and LMCache servers send it their traces"
+        False, description="an OTLP collector (gpu only); the engines send it their traces"
     )
     kv_floor_gib_s: float | None = Field(
         None,
