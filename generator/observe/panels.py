@@ -200,55 +200,115 @@ def _lmcache_row(plan: Plan) -> RowSpec | None:
     )
 
 
+_ROUTER: Final = 'role="router"'
+
+
 def _router_row(plan: Plan) -> RowSpec:
     up = PanelSpec(
         "Targets up", "short", ((Query("up{" + SELECTOR + "}", ("up",)), "{{job}} {{service}}"),)
     )
-    if "xpyd_proxy_requests_total" not in published_families(plan):
-        return RowSpec("Router and targets", (up,))  # vllm-router: its own names are unknown here
+    families = published_families(plan)
+    if "xpyd_proxy_requests_total" in families:
+        return RowSpec("Router and targets", (up, *_proxy_panels()))
+    if "vllm_router_pd_requests_total" in families:
+        return RowSpec("Router and targets", (up, *_vllm_router_panels()))
+    return RowSpec("Router and targets", (up,))
+
+
+def _proxy_panels() -> tuple[PanelSpec, ...]:
     # The proxy's own "role" label (prefill, decode) yields to the target's (router): Prometheus
     # keeps it as exported_role.
-    every = 'role="router"'
-    return RowSpec(
-        "Router and targets",
+    healthy = "xpyd_proxy_backend_healthy"
+    return (
+        PanelSpec(
+            "Requests by status",
+            "reqps",
+            ((_rate("xpyd_proxy_requests_total", "status", _ROUTER), "{{status}}"),),
+        ),
+        PanelSpec(
+            "Pairs: requests per backend",
+            "reqps",
+            (
+                (
+                    _rate("xpyd_proxy_backend_requests_total", "exported_role, backend", _ROUTER),
+                    "{{exported_role}} {{backend}}",
+                ),
+            ),
+        ),
+        PanelSpec(
+            "Errors by stage",
+            "short",
+            (
+                (
+                    _rate("xpyd_proxy_errors_total", "stage, backend", _ROUTER),
+                    "{{stage}} {{backend}}",
+                ),
+            ),
+        ),
+        PanelSpec(
+            "Backends in rotation",
+            "short",
+            ((Query(f"{healthy}{{{_ROUTER}}}", (healthy,)), "{{backend}}"),),
+        ),
+    )
+
+
+def _vllm_router_panels() -> tuple[PanelSpec, ...]:
+    # Its error counters exist only once an error happened (see published.VLLM_ROUTER): a panel
+    # on them would be empty on a healthy stack, so errors show as the gap between routed
+    # requests and the engines' own successes on the load row.
+    bucket = "vllm_router_pd_request_duration_seconds_bucket"
+    duration = tuple(
         (
-            up,
-            PanelSpec(
-                "Requests by status",
-                "reqps",
-                ((_rate("xpyd_proxy_requests_total", "status", every), "{{status}}"),),
+            Query(
+                f"histogram_quantile({q:g}, sum by (le, route) "
+                f"(rate({bucket}{{{_ROUTER}}}[{_RATE}])))",
+                (bucket,),
             ),
-            PanelSpec(
-                "Pairs: requests per backend",
-                "reqps",
+            f"p{q * 100:g} {{{{route}}}}",
+        )
+        for q in _QUANTILES
+    )
+    health = "vllm_router_worker_health"
+    active, pending = (
+        "vllm_router_pd_active_decode_requests",
+        "vllm_router_pd_pending_decode_requests",
+    )
+    return (
+        PanelSpec(
+            "Requests by route",
+            "reqps",
+            ((_rate("vllm_router_pd_requests_total", "route", _ROUTER), "{{route}}"),),
+        ),
+        PanelSpec("Request duration (router)", "s", duration),
+        PanelSpec(
+            "Pairs: requests per worker",
+            "reqps",
+            (
                 (
-                    (
-                        _rate("xpyd_proxy_backend_requests_total", "exported_role, backend", every),
-                        "{{exported_role}} {{backend}}",
-                    ),
+                    _rate("vllm_router_pd_prefill_requests_total", "worker", _ROUTER),
+                    "prefill {{worker}}",
+                ),
+                (
+                    _rate("vllm_router_pd_decode_requests_total", "worker", _ROUTER),
+                    "decode {{worker}}",
                 ),
             ),
-            PanelSpec(
-                "Errors by stage",
-                "short",
+        ),
+        PanelSpec(
+            "Workers healthy",
+            "short",
+            ((Query(f"{health}{{{_ROUTER}}}", (health,)), "{{worker}}"),),
+            "vllm-router's own view: 1 while its health checks pass",
+        ),
+        PanelSpec(
+            "Decode requests active and pending",
+            "short",
+            (
+                (Query(f"sum by (worker) ({active}{{{_ROUTER}}})", (active,)), "active {{worker}}"),
                 (
-                    (
-                        _rate("xpyd_proxy_errors_total", "stage, backend", every),
-                        "{{stage}} {{backend}}",
-                    ),
-                ),
-            ),
-            PanelSpec(
-                "Backends in rotation",
-                "short",
-                (
-                    (
-                        Query(
-                            f"xpyd_proxy_backend_healthy{{{every}}}",
-                            ("xpyd_proxy_backend_healthy",),
-                        ),
-                        "{{backend}}",
-                    ),
+                    Query(f"sum by (worker) ({pending}{{{_ROUTER}}})", (pending,)),
+                    "pending {{worker}}",
                 ),
             ),
         ),

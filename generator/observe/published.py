@@ -1,6 +1,6 @@
 """What each part of a stack publishes on its Prometheus page: the only metric names rules and
 dashboards may read (tests check both against this table, and the table against pages
-recorded from live stacks where the repository has them: tests/probes/pages, recorded/).
+recorded from live stacks: tests/probes/recorded/).
 
 Names are the families as their ``# TYPE`` lines spell them; a histogram's series are the
 family with ``_bucket``, ``_sum`` and ``_count``."""
@@ -20,6 +20,7 @@ __all__ = [
     "PROXY",
     "VLLM",
     "VLLM_NIXL",
+    "VLLM_ROUTER",
     "Kind",
     "published_families",
     "published_series",
@@ -44,8 +45,7 @@ VLLM: Final[dict[str, Kind]] = {
     "vllm:kv_cache_usage_perc": "gauge",
     "vllm:num_preemptions_total": "counter",
 }
-# vLLM's NixlConnector (nixl-mp engines). No page of it is recorded here (the recorded stack is
-# lmcache-pd); names from vLLM's metrics docs and the verdict's own counters.
+# vLLM's NixlConnector (nixl-mp engines; recorded in tests/probes/recorded/cpu-p2p/decode-0.txt).
 VLLM_NIXL: Final[dict[str, Kind]] = {
     "vllm:nixl_bytes_transferred": "histogram",
     "vllm:nixl_xfer_time_seconds": "histogram",
@@ -60,8 +60,8 @@ NIXL_TELEMETRY: Final[dict[str, Kind]] = {
     "agent_tx_requests_num_total": "counter",
     "agent_errors_total": "counter",
 }
-# `lmcache server` 0.5.6 on its HTTP port (not recorded here; its lookup counters appear only
-# after the first lookup).
+# `lmcache server` 0.5.6 on its HTTP port (recorded in tests/probes/recorded/cpu-p2p/; its lookup
+# counters appear only after the first lookup).
 LMCACHE_SERVER: Final[dict[str, Kind]] = {
     "lmcache_mp_lookup_hit_tokens_total": "counter",
     "lmcache_mp_lookup_requested_tokens_total": "counter",
@@ -78,8 +78,19 @@ PROXY: Final[dict[str, Kind]] = {
     "xpyd_proxy_outstanding": "gauge",
     "xpyd_proxy_backend_healthy": "gauge",
 }
-# Prometheus itself, per target. vllm-router's own names are not known here (no page of it is
-# recorded): dashboards read only its `up`.
+# vllm-router (the pinned wheel) on its Prometheus port, as a live cpu-1p1d's router published
+# it after a few requests (tests/probes/recorded/cpu-p2p/router.txt). Its error counters
+# (vllm_router_pd_*errors_total) appear only after an error, so no panel may rely on them.
+VLLM_ROUTER: Final[dict[str, Kind]] = {
+    "vllm_router_pd_requests_total": "counter",  # label route
+    "vllm_router_pd_request_duration_seconds": "histogram",  # label route
+    "vllm_router_pd_prefill_requests_total": "counter",  # label worker
+    "vllm_router_pd_decode_requests_total": "counter",  # label worker
+    "vllm_router_pd_active_decode_requests": "gauge",
+    "vllm_router_pd_pending_decode_requests": "gauge",
+    "vllm_router_worker_health": "gauge",  # label worker
+}
+# Prometheus itself, per target.
 PROMETHEUS: Final[dict[str, Kind]] = {"up": "gauge"}
 
 _BY_PART: Final[dict[str, dict[str, Kind]]] = {
@@ -87,7 +98,7 @@ _BY_PART: Final[dict[str, dict[str, Kind]]] = {
     "lmcache": LMCACHE_SERVER,
     "nixl-telemetry": NIXL_TELEMETRY,
     "proxy": PROXY,
-    "vllm-router": {},
+    "vllm-router": VLLM_ROUTER,
 }
 
 

@@ -20,9 +20,12 @@ from generator.limits import (
 from generator.observe.files import RULES_FILE
 from generator.observe.panels import dashboard_rows
 from generator.observe.published import (
+    LMCACHE_SERVER,
     NIXL_TELEMETRY,
     PROXY,
     VLLM,
+    VLLM_NIXL,
+    VLLM_ROUTER,
     published_series,
 )
 from generator.observe.rules import KV_GIB_S, alert_rules, kv_floor, recording_rules
@@ -56,6 +59,15 @@ def test_the_table_matches_the_pages_recorded_from_a_live_stack() -> None:
     pages = _recorded_pages()
     assert pages["decode-0"].items() >= VLLM.items()
     assert pages["prefill-0-nixl"].items() >= NIXL_TELEMETRY.items()
+
+
+def test_the_nixl_mp_tables_match_the_pages_recorded_from_a_live_stack() -> None:
+    """cpu-p2p's pages after a bench: a nixl-mp decoder, an LMCache server, vllm-router."""
+    folder = PAGES / "recorded" / "cpu-p2p"
+    pages = {path.stem: _families(path.read_text()) for path in folder.glob("*.txt")}
+    assert pages["decode-0"].items() >= (VLLM | VLLM_NIXL).items()
+    assert pages["lmcache-prefill-0"].items() >= LMCACHE_SERVER.items()
+    assert pages["router"].items() >= VLLM_ROUTER.items()
 
 
 def test_the_table_matches_the_proxy_s_own_registry() -> None:
