@@ -12,12 +12,14 @@ from pathlib import Path
 from generator.bench.cache_counters import read_cache_counters
 from generator.bench.results import ArmResult, PointResult, read_point
 from generator.errors import StackError
+from generator.observe.rules import KV_GIB_S
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
 from generator.probes.http import ProbeClient
 from generator.probes.kv_speed import KvCounters, read_counters, wait_for_transfers
 from generator.probes.prometheus_history import fetch_history
+from generator.probes.prometheus_page import screenshot_graph
 from generator.services.bench import BenchSettings
 from generator.topologies import topology_of
 from generator.workflow.bench import run_bench_point
@@ -82,6 +84,7 @@ def run_arm(
             result.points.append(_run_point(context, index, point, options.point_timeout_s))
         if plan.observe is not None:  # before the arm is removed: its Prometheus goes with it
             result.prometheus_file = _keep_history(context, arm, folder, started)
+            result.prometheus_screenshot = _picture_kv_speed(context, arm, folder, started)
     except KeyboardInterrupt:  # as `up` does: Ctrl+C leaves nothing running
         reporter.event(EventLevel.FAILED, f"{plan.stack}: interrupted, removing it")
         remove_stack(context)
@@ -121,6 +124,22 @@ def _keep_history(context: RunContext, arm: str, folder: Path, started: float) -
         return None
     name = f"{arm}/prometheus.json"
     (folder / name).write_text(json.dumps([asdict(h) for h in histories]), encoding="utf-8")
+    return name
+
+
+def _picture_kv_speed(context: RunContext, arm: str, folder: Path, started: float) -> str | None:
+    """Prometheus's own graph page of the KV path's speed over the load points, as headless
+    Chromium draws it (its name, relative to the report's folder). Stacks that move no KV
+    (a colocated baseline) have no such series."""
+    if topology_of(context.plan).verdict_sources(context.plan) is None:
+        return None
+    name = f"{arm}/prometheus-kv-speed.png"
+    try:
+        screenshot_graph(context.plan, KV_GIB_S, time.time() - started, folder / name)
+    except StackError as error:
+        context.reporter.event(EventLevel.WARN, f"no picture of Prometheus: {error.message}")
+        return None
+    context.reporter.event(EventLevel.INFO, f"Prometheus's graph of {KV_GIB_S}: {folder / name}")
     return name
 
 

@@ -122,6 +122,12 @@ def markdown(report: BenchReport) -> str:
     for index, label in enumerate(_labels(report)):
         lines += [f"## {label}", "", *_table(report, index), ""]
     lines += [f"![{Path(plot).stem}]({plot})" for plot in report.plots]
+    lines += [
+        f"\n{arm.arm}: Prometheus's own graph of the KV path's speed during the load points\n\n"
+        f"![prometheus-kv-speed-{arm.arm}]({arm.prometheus_screenshot})"
+        for arm in report.arms
+        if arm.prometheus_screenshot
+    ]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -90,6 +90,7 @@ class ArmResult:
     idle_cpu_percent: dict[str, float] = field(default_factory=dict)  # per service, 1 core = 100
     # Observed stacks: the key dashboard panels over the load points (relative to the report).
     prometheus_file: str | None = None
+    prometheus_screenshot: str | None = None  # Prometheus's graph page of the KV speed (PNG)
 
     @property
     def valid(self) -> bool:
