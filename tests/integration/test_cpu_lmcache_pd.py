@@ -4,8 +4,9 @@ connector in the engine images; the connector's own check inside the image; and,
 17), the stack still serving normal requests after attacks on its proxy: hostile messages on
 the KV-notice port (class 1) and requests whose decode step vLLM refuses after the KV was
 pushed, or would refuse (class 2); and (issue 20) its live Prometheus: every target, rule and
-dashboard query answered, the KV-floor alert holding and an engine killed firing its alert.
-One stack up for all of it."""
+dashboard query answered after a small observed `bench` (its Prometheus plots and a headless
+Chromium picture of Prometheus's graph page), the KV-floor alert holding and an engine killed
+firing its alert. One stack up for all of it."""
 
 from __future__ import annotations
 
@@ -265,6 +266,33 @@ def wait_for(check: Any, within_s: float, every_s: float = 2.0) -> None:
     while not check():
         assert time.monotonic() < deadline, f"not within {within_s} s: {check}"
         time.sleep(every_s)
+
+
+def test_an_observed_bench_keeps_prometheus_s_view_of_it(stack_up: dict[str, Any]) -> None:
+    """A small `bench` on the observed stack (its `up` adopts it and leaves it up): the key
+    panels over the load point from Prometheus's range API, plotted, and Prometheus's own
+    graph page of the KV speed drawn by headless Chromium, all in the report."""
+    import matplotlib.image
+
+    run_id = f"{RUN_ID}-bench"
+    result = cli(
+        "bench", STACK, *OBSERVE, "--run-id", run_id, "--idle-window-s", "0",
+        "--num-prompts", "8", "--input-len", "512", "--output-len", "8", "--max-concurrency", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    folder = ROOT / "runs" / run_id
+    report = json.loads((folder / "bench.json").read_text())
+    (arm,) = report["arms"]
+    panels = {p["title"]: p for p in json.loads((folder / arm["prometheus_file"]).read_text())}
+    assert not [p["errors"] for p in panels.values() if p["errors"]]
+    assert any(line["points"] for line in panels["TTFT"]["lines"]), panels["TTFT"]
+    (kv,) = [p for title, p in panels.items() if title.startswith("KV GiB/s")]
+    assert any(value > 0 for line in kv["lines"] for _, value in line["points"]), kv
+    assert "prometheus-pd.png" in report["plots"]
+    picture = matplotlib.image.imread(folder / arm["prometheus_screenshot"])
+    assert picture.shape[:2] == (1000, 1600)
+    assert picture.std() > 0.05  # a page was drawn, not a blank window
+    assert arm["prometheus_screenshot"] in (folder / "bench.md").read_text()
 
 
 def test_prometheus_answers_every_rule_and_dashboard_query(stack_up: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
-"""The cpu-1p1d stack for real: up through the CLI (build, health, smoke verdict), status,
-logs, an idempotent second up, the benchmark task, failure behaviour, isolation between
-stacks, and the same rendered stack brought up through testcontainers.
+"""The cpu-1p1d stack for real: the committed compose file alone brought up through
+testcontainers (no generator in the loop), then `up` through the CLI adopting it (health,
+smoke verdict, record), status, logs, an idempotent second up, the benchmark task, failure
+behaviour, isolation between stacks, and Ctrl+C during a benchmark point.
 
-Order matters (one stack on two cores): tests run top to bottom and share the stack.
+Order matters (one stack on two cores, started once): tests run top to bottom and share it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from generator.planner import make_plan
 from generator.probes import run_smoke
 from generator.probes.http import read_here
 from generator.stack import load_spec
+from tests.conftest import cpu_1p1d_image
 from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states, workspace_copy
 
 pytestmark = pytest.mark.stack
@@ -62,17 +65,55 @@ def test_port_taken_fails_before_anything_starts() -> None:
 
 
 @pytest.fixture(scope="module")
-def stack_up() -> Iterator[dict[str, Any]]:
+def compose_started() -> None:
+    """The committed compose file alone (no generator in the loop) is a working stack: plain
+    `docker compose up --wait` through testcontainers, then the verdict. It is left running for
+    `up` to adopt (the project name is the file's own)."""
+    from testcontainers.compose import DockerCompose
+
+    for service in ("prefill-0", "decode-0", "lmcache-prefill-0", "router"):
+        cpu_1p1d_image(service)  # built as `up` builds them, where missing (a cold machine)
+    assert cli("down", STACK).returncode == 0
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # Ryuk's image: no registry
+    compose = DockerCompose(
+        context=str(ROOT / "compose" / STACK), compose_file_name="compose.yaml", wait=True
+    )
+    started = time.monotonic()
+    try:
+        compose.start()
+        print(f"compose up --wait {STACK}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+        host, port = compose.get_service_host_and_port("router", 30000)
+        assert (host in ("0.0.0.0", "127.0.0.1", None), port) == (True, 30000)
+        plan = make_plan(load_spec(Workspace(ROOT).stack_file(STACK)))
+        result = run_smoke(plan, nonce=f"{RUN_ID}-tc", read_inside=read_here)
+        assert result.passed, [row for row in result.rows if row.passed is False]
+    except BaseException:
+        compose.stop()
+        raise
+
+
+def test_testcontainers_brings_up_the_rendered_stack(compose_started: None) -> None:
+    assert {s.status for s in project_states(ROOT, STACK, PROJECT)} == {"running"}
+
+
+@pytest.fixture(scope="module")
+def stack_up(compose_started: None) -> Iterator[dict[str, Any]]:
+    before = {s.service: s.container for s in project_states(ROOT, STACK, PROJECT)}
     started = time.monotonic()
     result = cli("up", STACK, "--run-id", RUN_ID)
     elapsed = time.monotonic() - started
-    print(f"up {STACK}: {elapsed:.0f} s (including image builds when cold)", file=sys.stderr)
+    print(f"up {STACK} (adopting it): {elapsed:.0f} s", file=sys.stderr)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     yield {
         "result": result,
         "record": json.loads((ROOT / "runs" / RUN_ID / "run.json").read_text()),
+        "adopted": before == {s.service: s.container for s in project_states(ROOT, STACK, PROJECT)},
     }
     cli("down", STACK)
+
+
+def test_up_adopts_what_docker_compose_started(stack_up: dict[str, Any]) -> None:
+    assert stack_up["adopted"], "up replaced containers of a stack started from its own file"
 
 
 def test_up_prints_and_records_a_passing_verdict(stack_up: dict[str, Any]) -> None:
@@ -190,21 +231,20 @@ def test_ctrl_c_during_up_leaves_no_containers(
     assert project_states(root, "cpu-intr", "xpyd-cpu-intr") == []
 
 
-def test_testcontainers_brings_up_the_rendered_stack(stack_up: dict[str, Any]) -> None:
-    """The committed compose file alone (no generator in the loop) is a working stack."""
-    from testcontainers.compose import DockerCompose
-
-    assert cli("down", STACK).returncode == 0
-    os.environ.setdefault(
-        "TESTCONTAINERS_RYUK_DISABLED", "true"
-    )  # Ryuk's image cannot be pulled here
-    compose = DockerCompose(
-        context=str(ROOT / "compose" / STACK), compose_file_name="compose.yaml", wait=True
-    )
-    with compose:
-        host, port = compose.get_service_host_and_port("router", 30000)
-        assert (host in ("0.0.0.0", "127.0.0.1", None), port) == (True, 30000)
-        plan = make_plan(load_spec(Workspace(ROOT).stack_file(STACK)))
-        result = run_smoke(plan, nonce=f"{RUN_ID}-tc", read_inside=read_here)
-        assert result.passed, [row for row in result.rows if row.passed is False]
-    assert [s for s in project_states(ROOT, STACK, PROJECT) if s.status == "running"] == []
+def test_ctrl_c_during_a_bench_point_leaves_nothing_running(stack_up: dict[str, Any]) -> None:
+    """Last: it removes the stack. `bench` adopts the running stack (its `up` changes
+    nothing), and Ctrl+C during a point removes the point's one-off container and the arm."""
+    env = {**os.environ, "CI": "1", "NO_COLOR": "1"}
+    # The point's one-off container starts right after "benchmark at" and runs ~20 s.
+    code, stderr = interrupt_cli(
+        "bench", STACK, "--idle-window-s", "0", "--num-prompts", "200", "--request-rate", "10",
+        "--run-id", f"{RUN_ID}-interrupted", after_line="benchmark at", delay_s=6, env=env,
+    )  # fmt: skip
+    assert code == 130, stderr
+    assert "interrupted, removing it" in stderr
+    assert not project_states(ROOT, STACK, PROJECT)
+    leftovers = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "name=xpyd-cpu-1p1d-bench"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert leftovers.stdout.strip() == ""
