@@ -3,7 +3,7 @@ seed A beside seed-preset runs, INVALID when a verdict failed, plots that open.
 
 The result files here are stand-ins written in the shape `vllm bench serve --save-result
 --save-detailed` writes (its keys as of vLLM 0.32); the real ones are read by
-tests/integration/test_bench.py."""
+tests/integration/test_cpu_stack.py."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 """The cpu-p2p stack for real: cpu-1p1d with lmcache.p2p on. The coordinator comes up first,
 both `lmcache server`s register and see each other, and a prefix computed on one instance is
 loaded by the other from its peer's LMCache (the verdict's rows, then the other direction and
-a control here). One `up` for the module, `down` at the end."""
+a control here); last, Ctrl+C during a `bench` point on it. One `up` for the module."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +21,7 @@ from generator.probes.http import MetricSamples, ProbeClient, parse_samples, rea
 from generator.probes.p2p import P2PServer, PeerReuse, reuse_row
 from generator.probes.requests import sized_prompt
 from generator.stack import load_spec
-from tests.integration.conftest import ROOT, cli
+from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states
 
 pytestmark = pytest.mark.stack
 STACK = "cpu-p2p"
@@ -89,3 +91,23 @@ def test_reuse_works_the_other_way_and_not_without_a_prior_prefill(
         row = reuse_row(plan, client, on_decode, on_prefill, prompt=prompt, read_inside=read_here)
     assert (first.hit_tokens, first.p2p_loads) == (0, 0), first.describe()
     assert row.passed is True, row.observed
+
+
+def test_ctrl_c_during_a_bench_point_leaves_nothing_running(stack_up: dict[str, Any]) -> None:
+    """Last: it removes the stack. `bench` adopts the running stack (its `up` changes
+    nothing), and Ctrl+C during a point removes the point's one-off container and the arm
+    (here, on the module's stack, it costs no `up` of its own)."""
+    env = {**os.environ, "CI": "1", "NO_COLOR": "1"}
+    # The point's one-off container starts right after "benchmark at" and runs ~20 s.
+    code, stderr = interrupt_cli(
+        "bench", STACK, "--idle-window-s", "0", "--num-prompts", "200", "--request-rate", "10",
+        "--run-id", f"{RUN_ID}-interrupted", after_line="benchmark at", delay_s=6, env=env,
+    )  # fmt: skip
+    assert code == 130, stderr
+    assert "interrupted, removing it" in stderr
+    assert not project_states(ROOT, STACK, f"xpyd-{STACK}")
+    leftovers = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"name=xpyd-{STACK}-bench"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert leftovers.stdout.strip() == ""
