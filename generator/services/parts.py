@@ -121,9 +121,14 @@ def lmcache_service(
     # The stack's sidecars on this host (the P2P coordinator) come up healthy first: a server
     # with P2P on registers with it at start. Across hosts the workflow's order does it.
     stack = [s.service for s in plan.sidecars if s.engine is None and s.host == engine.host]
+    env = dict(_LMCACHE_ENV)
+    if plan.profile is Profile.CPU:
+        # A server with P2P on makes a NIXL agent (its transfer channel): the same patched
+        # progress thread as the engines', which spins a core idle without a poll timeout.
+        env[NIXL_PTHR_DELAY_ENV] = str(CPU_NIXL_PTHR_DELAY_US)
     return replace(
         service,
-        env=_LMCACHE_ENV,
+        env=env,
         health=health,
         depends_on=_healthy(stack),
         max_restarts=plan.recovery.max_restarts,
