@@ -49,16 +49,33 @@ class ComposeStack:
                 on_line(line.decode(errors="replace").rstrip("\n"))
 
     def up(self, services: list[str], *, with_dependencies: bool = False) -> None:
-        """Create and start ``services`` detached; already-running ones are left alone."""
+        """Create and start ``services`` detached; already-running ones are left alone.
+        Containers of services the file no longer has (an earlier variant of the stack, e.g.
+        `bench --set prefill.count=2`) are removed: they would hold the ports and GPUs the
+        file now gives to others."""
         with translated(
             f"starting {', '.join(services)}",
             hint=f"`{self._compose('ps', '-a')}` and `{self._compose('logs')}` show why",
         ):
             self._client.compose.up(
-                services, detach=True, no_build=True, dependencies=with_dependencies, quiet=True
+                services,
+                detach=True,
+                no_build=True,
+                dependencies=with_dependencies,
+                remove_orphans=True,
+                quiet=True,
             )
         with self._ps_lock:
             self._ps_cache = None  # what was listed before is out of date now
+
+    def restart(self, services: list[str]) -> None:
+        with translated(
+            f"restarting {', '.join(services)}",
+            hint=f"`{self._compose('ps', '-a')}` and `{self._compose('logs')}` show why",
+        ):
+            self._client.compose.restart(services, timeout=30)
+        with self._ps_lock:
+            self._ps_cache = None
 
     def ps(self, *, max_age_s: float = 0.0) -> list[ServiceState]:
         """The stack's containers. ``max_age_s`` > 0 lets concurrent waiters share one
@@ -97,6 +114,7 @@ class ComposeStack:
                     ports,
                     restarts=restarts,
                     last_exit=self._last_exit(container) if restarts or exited else None,
+                    started_at=_started_at(container) if str(state.status) == "running" else None,
                 )
             )
         return sorted(states, key=lambda s: s.service)
@@ -264,3 +282,8 @@ class OneOff:
             f"removing {self.name}", hint=f"remove it by hand: `docker rm -f {self.name}`"
         ):
             client(self.endpoint).container.remove(self.name, force=True)
+
+
+def _started_at(container: Container) -> float | None:
+    started = container.state.started_at
+    return started.timestamp() if started is not None else None

@@ -7,15 +7,19 @@ check (``generator.doctor.kvpath``) moves real data with NIXL between each same-
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from generator.docker import engine_facts
 from generator.doctor.checks import run_checks
 from generator.doctor.context import HostView, pick_host
 from generator.doctor.gpus import query_gpus, topology
 from generator.doctor.kvpath import KvLayout, judge, measure_pairs
+from generator.doctor.ports import orphan_ports
 from generator.doctor.report import CheckRow, DoctorReport, Verdict
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render import ComposeProject, RenderedStack
+from generator.runtimes.base import ServiceState
 
 __all__ = [
     "CheckRow",
@@ -29,7 +33,11 @@ __all__ = [
 
 
 def host_view(
-    plan: Plan, project: ComposeProject, workspace: Workspace, running: frozenset[str]
+    plan: Plan,
+    project: ComposeProject,
+    workspace: Workspace,
+    running: frozenset[str],
+    orphans: Mapping[str, frozenset[int]],
 ) -> HostView:
     gpu = plan.profile.value == "gpu"
     return HostView(
@@ -41,6 +49,7 @@ def host_view(
         gpus=query_gpus() if gpu else None,
         links=topology() if gpu else None,
         running=running,
+        orphans=orphans,
     )
 
 
@@ -50,10 +59,14 @@ def check_host(
     workspace: Workspace,
     *,
     host: str | None = None,
-    running: frozenset[str] = frozenset(),
+    states: Sequence[ServiceState] = (),
 ) -> tuple[HostView, DoctorReport]:
+    """``states``: the stack's containers (or processes) on that host, as its runtime lists
+    them: their ports are theirs, not a clash."""
     project = pick_host(plan, rendered, host)
-    view = host_view(plan, project, workspace, running)
+    running = frozenset(state.service for state in states if state.status == "running")
+    orphans = orphan_ports(states, project.document.get("services", {}))
+    view = host_view(plan, project, workspace, running, orphans)
     report = DoctorReport(plan.stack, project.host)
     report.add(run_checks(view))
     return view, report
@@ -79,7 +92,7 @@ def run_doctor(
     rendered = render_in_memory(plan, workspace)
     project = pick_host(plan, rendered, host)
     view, report = check_host(
-        plan, rendered, workspace, host=project.host, running=_running(workspace, project)
+        plan, rendered, workspace, host=project.host, states=_states(workspace, project)
     )
     if kv_path:
         probes = measure_pairs(
@@ -90,12 +103,11 @@ def run_doctor(
     return report
 
 
-def _running(workspace: Workspace, project: ComposeProject) -> frozenset[str]:
-    """This stack's services already running here (their ports are theirs, not a clash)."""
+def _states(workspace: Workspace, project: ComposeProject) -> list[ServiceState]:
+    """This stack's containers here."""
     from generator.docker import ComposeStack, docker_available
 
     compose_file = workspace.root / project.compose_file
     if not compose_file.is_file() or not docker_available():
-        return frozenset()
-    states = ComposeStack(compose_file, project.name).ps()
-    return frozenset(state.service for state in states if state.status == "running")
+        return []
+    return ComposeStack(compose_file, project.name).ps()

@@ -3,7 +3,8 @@ project, and facts gathered once (Docker engine, GPUs, links, running services).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -27,6 +28,8 @@ class HostView:
     gpus: list[GpuInfo] | None  # None: no nvidia-smi or no driver
     links: dict[tuple[int, int], str] | None
     running: frozenset[str]  # this stack's services already running on this host
+    # Running services the file no longer has, with the host ports they publish (orphan_ports).
+    orphans: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
     @property
     def engines(self) -> tuple[EnginePlan, ...]:

@@ -87,7 +87,8 @@ def address_checks(view: HostView) -> list[CheckRow]:
 
 def port_checks(view: HostView) -> list[CheckRow]:
     ports = published_ports(view.plan, view.project)
-    busy = busy_ports(ports, set(view.running))
+    theirs = {port for held in view.orphans.values() for port in held}
+    busy = [p for p in busy_ports(ports, set(view.running)) if p.port not in theirs]
     rows = [
         CheckRow(
             f"port {p.port} ({p.owner}: {p.purpose})",
@@ -123,6 +124,17 @@ def port_checks(view: HostView) -> list[CheckRow]:
         )
         for p in agents
     ]
+    if view.orphans:
+        rows.append(
+            CheckRow(
+                "services the stack no longer has",
+                "none running",
+                f"{', '.join(sorted(view.orphans))} running (an earlier variant of the stack)",
+                Verdict.WARN,
+                "`up` removes them when it starts the stack (their ports are free then)",
+                required=False,
+            )
+        )
     held = "" if not view.running else f" ({len(view.running)} of this stack's services running)"
     rows.append(
         CheckRow(

@@ -4,6 +4,7 @@ common cluster agent's default port). Used by doctor and by `up`'s preflight."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,8 +13,16 @@ import psutil
 from generator.plan import Plan
 from generator.plan.agent_ports import agent_on
 from generator.render import ComposeProject
+from generator.runtimes.base import ServiceState
 
-__all__ = ["HostPort", "busy_ports", "ephemeral_range", "holder_of", "published_ports"]
+__all__ = [
+    "HostPort",
+    "busy_ports",
+    "ephemeral_range",
+    "holder_of",
+    "orphan_ports",
+    "published_ports",
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,24 @@ def published_ports(plan: Plan, project: ComposeProject) -> list[HostPort]:
         for service in project.host_services.services
         for published in service.ports
     ]
+
+
+def orphan_ports(
+    states: Iterable[ServiceState], planned: Iterable[str]
+) -> dict[str, frozenset[int]]:
+    """Running services of the project that its file no longer has (an earlier variant of the
+    stack) and the host ports they publish: `up` removes them when it starts the stack."""
+    wanted = set(planned)
+    return {
+        state.service: frozenset(_host_port(binding) for binding in state.ports)
+        for state in states
+        if state.status == "running" and state.service not in wanted
+    }
+
+
+def _host_port(binding: str) -> int:
+    # "127.0.0.1:18091->18091/tcp" (ServiceState.ports)
+    return int(binding.split("->", 1)[0].rsplit(":", 1)[1])
 
 
 def busy_ports(ports: list[HostPort], running_services: set[str]) -> list[HostPort]:

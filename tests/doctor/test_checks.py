@@ -24,10 +24,12 @@ from generator.doctor.context import HostView
 from generator.doctor.gpus import parse_gpus, parse_topology
 from generator.doctor.host_checks import port_checks, token_checks
 from generator.doctor.kvpath import KvProbe, container_view, judge, own_gpus_variant
+from generator.doctor.ports import orphan_ports
 from generator.doctor.report import Verdict
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.render import render_stack
+from generator.runtimes.base import ServiceState
 from generator.stack import load_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -143,6 +145,32 @@ def test_a_busy_port_names_its_holder(workspace: Workspace) -> None:
     busy = next(row for row in rows if row.check.startswith("port 47100"))
     assert busy.verdict is Verdict.FAIL
     assert "python" in busy.found  # pid N (python...): this test process
+
+
+def test_a_port_held_by_a_service_the_stack_no_longer_has_is_no_clash(
+    workspace: Workspace,
+) -> None:
+    """`bench --set prefill.count=2` left prefill-1 running; the committed stack (one
+    prefiller) gives its port to another service: `up` removes the orphan, so only a warning."""
+    planned = ["prefill-0", "decode-0", "router"]
+    states = [
+        ServiceState("prefill-1", "c1", "running", "healthy", None, ("127.0.0.1:47100->7101/tcp",)),
+        ServiceState("decode-0", "c2", "running", "healthy", None, ("127.0.0.1:47200->7200/tcp",)),
+        ServiceState("prefill-2", "c3", "exited", None, 1, ()),
+    ]
+    orphans = orphan_ports(states, planned)
+    assert orphans == {"prefill-1": frozenset({47100})}  # an exited one holds no port
+    view = replace(h200_view(workspace, "xpyd-mp", "ports.prefill_http=47100"), orphans=orphans)
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 47100))
+        holder.listen()
+        rows = port_checks(view)
+    assert not [r for r in rows if r.check.startswith("port 47100") and r.verdict is Verdict.FAIL]
+    (old,) = [row for row in rows if row.check == "services the stack no longer has"]
+    assert (old.verdict, old.blocking) == (Verdict.WARN, False)
+    assert "prefill-1 running" in old.found
+    assert "`up` removes them" in old.fix
+    assert not [row for row in rows if row.blocking]
 
 
 def test_agent_ports_warn_even_when_free(workspace: Workspace) -> None:

@@ -70,9 +70,12 @@ def _doctor_checks(context: RunContext, stack: HostStack) -> str:
     from generator.doctor import check_host as doctor_checks
     from generator.doctor.report import Verdict
 
-    running = frozenset(s.service for s in stack.runtime.ps() if s.status == "running")
-    _, report = doctor_checks(
-        context.plan, context.rendered, context.workspace, host=stack.name, running=running
+    view, report = doctor_checks(
+        context.plan,
+        context.rendered,
+        context.workspace,
+        host=stack.name,
+        states=stack.runtime.ps(),
     )
     context.record.add_result(f"preflight-{stack.name}", report.as_dict())
     for row in report.rows:
@@ -85,6 +88,7 @@ def _doctor_checks(context: RunContext, stack: HostStack) -> str:
             f"{len(blocking)} preflight check(s) failed on host {stack.name}:\n{lines}",
             hint=blocking[0].fix + f" (python -m generator doctor {context.plan.stack} shows all)",
         )
+    running = view.running
     busy = f", {len(running)} services already running" if running else ""
     return f"{stack.name}: {len(report.rows)} checks passed{busy}"
 
