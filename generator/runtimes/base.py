@@ -22,6 +22,7 @@ class ServiceState:
     restarts: int = 0  # restarts by the runtime's policy since the service was created
     # Why it last stopped (the supervisor's line, generator/supervise.py), if it ever did.
     last_exit: str | None = None
+    started_at: float | None = None  # unix seconds of its current start, while it runs
 
     @property
     def exited(self) -> bool:
@@ -52,6 +53,10 @@ class ServiceRuntime(Protocol):
 
     def up(self, services: list[str]) -> None:
         """Start ``services``; running ones are left alone."""
+        ...
+
+    def restart(self, services: list[str]) -> None:
+        """Stop and start ``services`` as they are (their configuration unchanged)."""
         ...
 
     def ps(self, *, max_age_s: float = 0.0) -> list[ServiceState]: ...

@@ -111,6 +111,15 @@ class ProcessStack:
             state[name] = self._start(self._plan.service(name))
             self._write_state(state)
 
+    def restart(self, services: list[str]) -> None:
+        state = self._read_state()
+        for name in services:
+            if name in state:
+                stop_group(state[name], grace_s=min(_grace_s(self._plan, name), _MAX_GRACE_S))
+            self._health.pop(name, None)
+            state[name] = self._start(self._plan.service(name))
+            self._write_state(state)
+
     def _start(self, service: ProcessService) -> dict[str, Any]:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.state_dir / f"{service.name}.exit"
@@ -192,7 +201,12 @@ class ProcessStack:
             health = self._health_of(name) if running else None
             status = "running" if running else "exited"
             ports = listening(entry) if running else ()
-            states.append(ServiceState(name, f"pid {entry['pid']}", status, health, code, ports))
+            started = entry.get("started") if running else None
+            states.append(
+                ServiceState(
+                    name, f"pid {entry['pid']}", status, health, code, ports, started_at=started
+                )
+            )
         return states
 
     def _health_of(self, name: str) -> str | None:

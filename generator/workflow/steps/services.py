@@ -5,13 +5,14 @@ listens on its host's loopback only (LMCache servers)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from generator.docker import ServiceState
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
 from generator.probes import wait_until_ready
 from generator.probes.readiness import engine_checks, routed_request, router_checks
+from generator.services.model import HostServices
 from generator.spec import Profile
 from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
@@ -20,6 +21,7 @@ __all__ = [
     "ROUTER_DEADLINE_S",
     "SIDECAR_DEADLINE_S",
     "engine_deadline_s",
+    "outlived_dependencies",
     "sidecars_on",
     "start_router",
     "start_services",
@@ -47,10 +49,34 @@ def sidecars_on(plan: Plan, host: str) -> list[str]:
 
 def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
     def start(context: RunContext) -> str:
-        context.hosts[host].runtime.up(names)
+        runtime = context.hosts[host].runtime
+        runtime.up(names)
+        # Left running by an earlier `up` while a service it depends on was replaced since
+        # (its LMCache server recreated for a new setting, say): it still talks to the old
+        # one, and an engine whose server went away hangs on every request. Restarted.
+        (services,) = [h for h in context.rendered.deployment.hosts if h.host == host]
+        stale = outlived_dependencies(runtime.ps(), services, names)
+        if stale:
+            runtime.restart(stale)
+            return f"{', '.join(names)} (restarted {', '.join(stale)}: older than what they need)"
         return ", ".join(names)
 
     return start
+
+
+def outlived_dependencies(
+    states: Sequence[ServiceState], services: HostServices, names: Sequence[str]
+) -> list[str]:
+    """Of ``names``, those running since before a dependency of theirs (on the same host)
+    last started."""
+    started = {state.service: state.started_at for state in states if state.started_at}
+    needs = {service.name: [d.service for d in service.depends_on] for service in services.services}
+    return [
+        name
+        for name in names
+        if name in started
+        and any(started.get(need, 0.0) > started[name] for need in needs.get(name, ()))
+    ]
 
 
 def _state_of(stack: HostStack, service: str, *, max_age_s: float) -> ServiceState | None:

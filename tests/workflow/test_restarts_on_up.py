@@ -1,0 +1,50 @@
+"""`up` on a stack left running: a service running since before a dependency of its last
+started (cpu-p2p's engines after their LMCache servers were recreated for a new setting) is
+restarted, and nothing else is. The deployment is the real one rendered for cpu-p2p."""
+
+from __future__ import annotations
+
+from generator.docker import ServiceState
+from generator.paths import Workspace
+from generator.planner import make_plan
+from generator.render import render_stack
+from generator.stack import load_spec
+from generator.workflow.steps.services import outlived_dependencies
+
+
+def _state(service: str, started_at: float | None, status: str = "running") -> ServiceState:
+    return ServiceState(service, f"c-{service}", status, "healthy", None, (), started_at=started_at)
+
+
+def test_engines_older_than_their_lmcache_server_are_the_ones_restarted(
+    workspace: Workspace,
+) -> None:
+    plan = make_plan(load_spec(workspace.stack_file("cpu-p2p")))
+    (host,) = render_stack(plan, workspace).deployment.hosts
+    states = [
+        _state("lmcache-coordinator", 100.0),
+        _state("lmcache-prefill-0", 500.0),  # recreated by this up
+        _state("lmcache-decode-0", 110.0),
+        _state("prefill-0", 200.0),  # started before its server's current start
+        _state("decode-0", 210.0),
+        _state("router", 300.0),
+    ]
+    assert outlived_dependencies(states, host, ["prefill-0", "decode-0"]) == ["prefill-0"]
+    # The servers came up after the coordinator: nothing to restart there.
+    assert outlived_dependencies(states, host, ["lmcache-prefill-0", "lmcache-decode-0"]) == []
+
+
+def test_a_second_up_of_a_stack_started_in_order_restarts_nothing(workspace: Workspace) -> None:
+    plan = make_plan(load_spec(workspace.stack_file("cpu-p2p")))
+    (host,) = render_stack(plan, workspace).deployment.hosts
+    order = ["lmcache-coordinator", "lmcache-prefill-0", "lmcache-decode-0", "prefill-0"]
+    states = [_state(name, 100.0 + i) for i, name in enumerate([*order, "decode-0", "router"])]
+    every = [state.service for state in states]
+    assert outlived_dependencies(states, host, every) == []
+
+
+def test_services_not_running_are_started_not_restarted(workspace: Workspace) -> None:
+    plan = make_plan(load_spec(workspace.stack_file("cpu-p2p")))
+    (host,) = render_stack(plan, workspace).deployment.hosts
+    states = [_state("lmcache-prefill-0", 500.0), _state("prefill-0", None, status="exited")]
+    assert outlived_dependencies(states, host, ["prefill-0"]) == []
