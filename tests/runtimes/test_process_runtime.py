@@ -81,6 +81,24 @@ def test_a_service_runs_becomes_healthy_and_logs(stack: ProcessStack) -> None:
     assert stack.ps() == []
 
 
+def test_restart_replaces_the_process_and_moves_its_start(stack: ProcessStack) -> None:
+    stack.up(["web"])
+    try:
+        wait_for(lambda: state_of(stack, "web")[1] == "healthy")
+        (before,) = stack.ps()
+        assert before.started_at is not None
+        time.sleep(0.05)  # create times have 10 ms steps
+        stack.restart(["web"])
+        (after,) = stack.ps()
+        assert after.container != before.container  # another pid
+        assert after.started_at is not None
+        assert after.started_at > before.started_at
+        wait_for(lambda: state_of(stack, "web")[1] == "healthy")
+        assert not psutil.pid_exists(int(before.container.split()[1]))
+    finally:
+        stack.down()
+
+
 def test_a_process_that_dies_is_exited_with_its_code(tmp_path: Path) -> None:
     crasher = script_service("crasher", "import sys; print('bye'); sys.exit(3)")
     stack = ProcessStack(project(crasher), tmp_path, PYTHONS)
