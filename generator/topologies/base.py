@@ -236,3 +236,9 @@ class TopologyUnit(Protocol):
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         """Where the P/D verdict reads its counters (None: no KV moves, no P/D verdict)."""
         ...
+
+    def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        """Services that keep state about other services' current processes beyond what they
+        depend on (KV peers that do not reconnect): each, and the services whose newer start
+        leaves it talking to a process that is gone. `up` restarts it then."""
+        ...

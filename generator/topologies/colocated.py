@@ -81,6 +81,9 @@ class Colocated:
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         return None  # nothing moves: the colocated verdict (probes/colocated.py) applies
 
+    def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        return {}
+
 
 UNIT = Colocated()
 

@@ -175,6 +175,12 @@ class LMCachePD:
         # vLLM's CPU build needs our KV connector for LMCache's in-process P/D.
         return profile is Profile.CPU
 
+    def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        # A sender keeps its NIXL connection to each decoder it met: after a decoder restarts,
+        # its "KV sent" notices never come (measured: 504 after 30 s) until the sender restarts.
+        decoders = tuple(engine.name for engine in plan.decode)
+        return {engine.name: decoders for engine in plan.prefill}
+
     def verdict_sources(self, plan: Plan) -> VerdictSources:
         # LMCache's sender WRITEs into the decoder's buffer (ucp_put) and reports no network
         # figures of its own: NIXL's Prometheus exporter on the prefillers does.

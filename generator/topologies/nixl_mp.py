@@ -192,6 +192,14 @@ class NixlMP:
     def needs_cpu_connector(self, profile: Profile) -> bool:
         return False
 
+    def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        if _settings(plan).p2p is None:
+            return {}
+        # With P2P each server keeps NIXL metadata for every peer it loaded from and does not
+        # reconnect after that peer restarts (NIXL_ERR_REMOTE_DISCONNECT on each load).
+        servers = [s.service for s in plan.sidecars if s.engine is not None]
+        return {server: tuple(peer for peer in servers if peer != server) for server in servers}
+
     def verdict_sources(self, plan: Plan) -> VerdictSources:
         # pull: the decoder READs from the prefiller (ucp_get); push: the prefiller WRITEs into
         # the decoder (ucp_put). The engine that moves the bytes records each transfer's bytes

@@ -1,6 +1,7 @@
 """`up` on a stack left running: a service running since before a dependency of its last
-started (cpu-p2p's engines after their LMCache servers were recreated for a new setting) is
-restarted, and nothing else is. The deployment is the real one rendered for cpu-p2p."""
+started (cpu-p2p's engines after their LMCache servers were recreated for a new setting), or
+since well before a KV peer did (P2P servers, both together; an lmcache-pd sender after its
+decoder), is restarted, and nothing else is. The deployments are the real rendered ones."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.render import render_stack
 from generator.stack import load_spec
+from generator.topologies import topology_of
 from generator.workflow.steps.services import outlived_dependencies
 
 
@@ -29,9 +31,9 @@ def test_engines_older_than_their_lmcache_server_are_the_ones_restarted(
         _state("decode-0", 210.0),
         _state("router", 300.0),
     ]
-    assert outlived_dependencies(states, host, ["prefill-0", "decode-0"]) == ["prefill-0"]
+    assert outlived_dependencies(states, host, ["prefill-0", "decode-0"], {}) == ["prefill-0"]
     # The servers came up after the coordinator: nothing to restart there.
-    assert outlived_dependencies(states, host, ["lmcache-prefill-0", "lmcache-decode-0"]) == []
+    assert outlived_dependencies(states, host, ["lmcache-prefill-0", "lmcache-decode-0"], {}) == []
 
 
 def test_a_second_up_of_a_stack_started_in_order_restarts_nothing(workspace: Workspace) -> None:
@@ -40,11 +42,56 @@ def test_a_second_up_of_a_stack_started_in_order_restarts_nothing(workspace: Wor
     order = ["lmcache-coordinator", "lmcache-prefill-0", "lmcache-decode-0", "prefill-0"]
     states = [_state(name, 100.0 + i) for i, name in enumerate([*order, "decode-0", "router"])]
     every = [state.service for state in states]
-    assert outlived_dependencies(states, host, every) == []
+    assert outlived_dependencies(states, host, every, {}) == []
 
 
 def test_services_not_running_are_started_not_restarted(workspace: Workspace) -> None:
     plan = make_plan(load_spec(workspace.stack_file("cpu-p2p")))
     (host,) = render_stack(plan, workspace).deployment.hosts
     states = [_state("lmcache-prefill-0", 500.0), _state("prefill-0", None, status="exited")]
-    assert outlived_dependencies(states, host, ["prefill-0"]) == []
+    assert outlived_dependencies(states, host, ["prefill-0"], {}) == []
+
+
+def test_p2p_servers_restart_together_after_one_of_them_did(workspace: Workspace) -> None:
+    """A server keeps NIXL metadata for each peer it loaded from: after lmcache-prefill-0
+    alone was recreated, lmcache-decode-0 is stale; restarted alone it would leave
+    lmcache-prefill-0 stale in turn, so both start anew."""
+    plan = make_plan(load_spec(workspace.stack_file("cpu-p2p")))
+    (host,) = render_stack(plan, workspace).deployment.hosts
+    peers = topology_of(plan).stale_after(plan)
+    assert peers == {
+        "lmcache-prefill-0": ("lmcache-decode-0",),
+        "lmcache-decode-0": ("lmcache-prefill-0",),
+    }
+    servers = ["lmcache-prefill-0", "lmcache-decode-0"]
+    states = [
+        _state("lmcache-coordinator", 100.0),
+        _state(servers[0], 500.0),
+        _state(servers[1], 110.0),
+    ]
+    assert outlived_dependencies(states, host, servers, peers) == servers
+    # One `up` starting them seconds apart is no restart missed.
+    states = [
+        _state("lmcache-coordinator", 100.0),
+        _state(servers[0], 105.0),
+        _state(servers[1], 108.0),
+    ]
+    assert outlived_dependencies(states, host, servers, peers) == []
+
+
+def test_an_lmcache_pd_sender_restarts_after_its_decoder_did(workspace: Workspace) -> None:
+    plan = make_plan(load_spec(workspace.stack_file("cpu-lmcache-pd")))
+    (host,) = render_stack(plan, workspace).deployment.hosts
+    peers = topology_of(plan).stale_after(plan)
+    assert peers == {"prefill-0": ("decode-0",)}
+    states = [_state("prefill-0", 200.0), _state("decode-0", 500.0)]  # docker kill, then up
+    assert outlived_dependencies(states, host, ["prefill-0", "decode-0"], peers) == ["prefill-0"]
+    # The other way round needs nothing: the decoder only receives.
+    states = [_state("prefill-0", 500.0), _state("decode-0", 200.0)]
+    assert outlived_dependencies(states, host, ["prefill-0", "decode-0"], peers) == []
+
+
+def test_stacks_without_kv_peers_name_none(workspace: Workspace) -> None:
+    for stack in ("cpu-1p1d", "xpyd-mp"):
+        plan = make_plan(load_spec(workspace.stack_file(stack)))
+        assert topology_of(plan).stale_after(plan) == {}

@@ -5,7 +5,7 @@ listens on its host's loopback only (LMCache servers)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from generator.docker import ServiceState
 from generator.errors import StackError
@@ -14,6 +14,7 @@ from generator.probes import wait_until_ready
 from generator.probes.readiness import engine_checks, routed_request, router_checks
 from generator.services.model import HostServices
 from generator.spec import Profile
+from generator.topologies import topology_of
 from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
 
@@ -36,6 +37,9 @@ _ENGINE_DEADLINE_S = {Profile.GPU: 1800.0, Profile.CPU: 300.0}
 _LOG_TAIL = 40
 _ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
 _HEALTH_POLL_S = 1.0
+# A KV peer that started this much later than a service is a restart that service missed;
+# less is one `up` starting both (the engines of one wave start seconds apart).
+_PEER_SLACK_S = 60.0
 
 
 def engine_deadline_s(plan: Plan) -> float:
@@ -52,10 +56,12 @@ def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
         runtime = context.hosts[host].runtime
         runtime.up(names)
         # Left running by an earlier `up` while a service it depends on was replaced since
-        # (its LMCache server recreated for a new setting, say): it still talks to the old
-        # one, and an engine whose server went away hangs on every request. Restarted.
+        # (its LMCache server recreated for a new setting, say), or a KV peer restarted: it
+        # still talks to the old process (an engine whose server went away hangs on every
+        # request; an lmcache-pd sender never hears from a restarted decoder). Restarted.
         (services,) = [h for h in context.rendered.deployment.hosts if h.host == host]
-        stale = outlived_dependencies(runtime.ps(), services, names)
+        peers = topology_of(context.plan).stale_after(context.plan)
+        stale = outlived_dependencies(runtime.ps(), services, names, peers)
         if stale:
             runtime.restart(stale)
             return f"{', '.join(names)} (restarted {', '.join(stale)}: older than what they need)"
@@ -65,18 +71,33 @@ def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
 
 
 def outlived_dependencies(
-    states: Sequence[ServiceState], services: HostServices, names: Sequence[str]
+    states: Sequence[ServiceState],
+    services: HostServices,
+    names: Sequence[str],
+    peers: Mapping[str, Sequence[str]],
 ) -> list[str]:
     """Of ``names``, those running since before a dependency of theirs (on the same host)
-    last started."""
+    last started, or since well before a KV peer did (``peers``: the topology's
+    ``stale_after``); a peer of theirs that is also theirs comes along, so that both start
+    anew together."""
     started = {state.service: state.started_at for state in states if state.started_at}
     needs = {service.name: [d.service for d in service.depends_on] for service in services.services}
-    return [
-        name
-        for name in names
-        if name in started
-        and any(started.get(need, 0.0) > started[name] for need in needs.get(name, ()))
-    ]
+
+    def stale(name: str) -> bool:
+        mine = started[name]
+        return any(started.get(need, 0.0) > mine for need in needs.get(name, ())) or any(
+            started.get(peer, 0.0) > mine + _PEER_SLACK_S for peer in peers.get(name, ())
+        )
+
+    found = {name for name in names if name in started and stale(name)}
+    # Restarted alone, one of two mutual peers would leave the other stale in its turn.
+    together = {
+        peer
+        for name in found
+        for peer in peers.get(name, ())
+        if peer in names and peer in started and name in peers.get(peer, ())
+    }
+    return [name for name in names if name in found | together]
 
 
 def _state_of(stack: HostStack, service: str, *, max_age_s: float) -> ServiceState | None:
