@@ -1,11 +1,15 @@
-"""The Grafana dashboard: built with grafana-foundation-sdk and read back by the SDK's own
-model; every panel's query reads only what the stack publishes (or what its rules record);
-the variables are the plan's engines, roles and hosts. Grafana's JSON schema is in neither
-the SDK nor the package index here, so the SDK's model is the check."""
+"""The Grafana dashboard: built with grafana-foundation-sdk, read back by the SDK's own model
+and compiled against Grafana's own TypeScript types (@grafana/schema, from npm; see
+grafana_schema.ts); every panel's query reads only what the stack publishes (or what its
+rules record); the variables are the plan's engines, roles and hosts."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +30,8 @@ from generator.plan import Plan
 from tests.observe.helpers import expression_names, observed_plan, rendered_observe
 
 STACKS = ["xpyd", "xpyd-mp", "xpyd-mp-2host", "xpyd-lmcache-1gpu", "xpyd-1gpu", "xpyd-tp8"]
+NODE_MODULES = Path(__file__).resolve().parents[2] / ".cache/node/node_modules"
+SCHEMA_CHECK = Path(__file__).with_name("grafana_schema.ts")
 
 
 def _plan(workspace: Workspace, stack: str) -> Plan:
@@ -106,3 +112,56 @@ def test_grafana_files_render_on_gpu_only(workspace: Workspace) -> None:
     assert source["uid"] == DATASOURCE_UID
     cpu = rendered_observe(workspace, _plan(workspace, "cpu-1p1d"))
     assert not {DATASOURCE_FILE, PROVIDER_FILE, DASHBOARD_FILE} & set(cpu)
+
+
+def _typescript() -> Path:
+    tsc = NODE_MODULES / ".bin/tsc"
+    if shutil.which("node") is None or not tsc.exists():
+        pytest.skip("node, typescript or @grafana/schema missing (.ci/setup installs them)")
+    return tsc
+
+
+def _compile(
+    tsc: Path, folder: Path, dashboards: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Each dashboard as a typed constant of Grafana's dashboard type, compiled."""
+    os.symlink(NODE_MODULES, folder / "node_modules")
+    shutil.copy(SCHEMA_CHECK, folder / SCHEMA_CHECK.name)
+    for name, text in dashboards.items():
+        source = "import type { GrafanaDashboard } from './grafana_schema';\n"
+        source += f"export const dashboard: GrafanaDashboard = {text};\n"
+        (folder / f"{name}.ts").write_text(source, encoding="utf-8")
+    files = [f"{name}.ts" for name in dashboards]
+    flags = ["--noEmit", "--strict", "--moduleResolution", "bundler", "--module", "esnext"]
+    return subprocess.run(
+        [str(tsc), *flags, "--target", "es2022", *files],
+        cwd=folder, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_every_dashboard_compiles_against_grafana_s_own_types(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    tsc = _typescript()
+    cpu = [observed_plan(workspace, s) for s in ("cpu-1p1d", "cpu-lmcache-pd", "cpu-p2p")]
+    plans = [_plan(workspace, stack) for stack in STACKS] + cpu
+    done = _compile(tsc, tmp_path, {plan.stack: dashboard_json(plan) for plan in plans})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_the_schema_check_refuses_what_grafana_does_not_know(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """The check can fail: a misspelled field, a wrong kind of value."""
+    tsc = _typescript()
+    text = dashboard_json(_plan(workspace, "xpyd"))
+    bad = {
+        "misspelled": text.replace('"title": "TTFT"', '"titel": "TTFT"', 1),
+        "wrong_kind": text.replace('"refresh": "10s"', '"refresh": 10', 1),
+    }
+    assert all(variant != text for variant in bad.values())
+    done = _compile(tsc, tmp_path, bad)
+    assert done.returncode != 0
+    assert "misspelled.ts" in done.stdout
+    assert "'\"titel\"' does not exist" in done.stdout
+    assert "wrong_kind.ts" in done.stdout
