@@ -1,6 +1,7 @@
 """Runs one service's command so that its runtime's restart policy sees every exit it should.
 
     python3 /opt/xpyd/supervise.py SERVICE -- COMMAND...
+    python3 generator/supervise.py --restarts N SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
@@ -9,7 +10,13 @@ nobody asked for is reported as 1 (with a line that says why), and one that was 
 (SIGTERM or SIGINT, forwarded to the command) keeps its own code. The command's exit or
 signal is written on stderr, where `logs` and `status` find it.
 
-The second form is how `bench --fault` hurts a service from inside its container (`docker
+With ``--restarts N`` (the process runtime, which has no restart policy of its own) the
+supervisor is the policy: it runs the command again after each exit nobody asked for, at most
+N times, waiting as Docker does between tries (0.1 s, doubling, at most 30 s; back to 0.1 s
+after a run of 10 s), writes the count so far to ``$XPYD_RESTARTS_FILE`` where that is set,
+and says so on stderr; after the N-th it gives up and exits as the command did.
+
+The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`): it signals the supervised command (``--tree``: and every process under it, so that a
 stopped engine stops whole), never the supervisor, so the runtime sees a crash and not a stop
 it was asked for (`docker kill` counts as asked: Docker would not restart it).
@@ -26,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -36,6 +44,7 @@ SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
 IN_IMAGE = "/opt/xpyd/supervise.py"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 UNASKED_EXIT = 1
+_FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
 
 
 def exit_code(returncode: int, *, asked_to_stop: bool) -> int:
@@ -98,30 +107,77 @@ def send(signame: str, service: str, *, tree: bool) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--signal"] and len(argv) in (3, 4):
         return send(argv[1], argv[2], tree=argv[3:] == ["--tree"])
+    restarts = 0
+    if argv[:1] == ["--restarts"] and len(argv) > 1 and argv[1].isdigit():
+        restarts, argv = int(argv[1]), argv[2:]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: supervise.py SERVICE -- COMMAND...", file=sys.stderr)
+        print("usage: supervise.py [--restarts N] SERVICE -- COMMAND...", file=sys.stderr)
         return 2
-    service, command = argv[0], argv[2:]
-    asked: list[int] = []
-    child: subprocess.Popen[bytes] | None = None
+    return _Supervisor(argv[0], argv[2:], restarts).run()
 
-    def forward(signum: int, _: FrameType | None) -> None:
-        asked.append(signum)
-        if child is not None:
-            child.send_signal(signum)
 
-    # Handled before the command starts, so the command gets them at their default: one
-    # ignored where the supervisor started (a background shell ignores SIGINT) would stay
-    # ignored in the command (exec keeps an ignored signal ignored), and no trap there helps.
-    for signum in _FORWARDED:
-        signal.signal(signum, forward)
-    child = subprocess.Popen(command)
-    if asked:  # asked to stop while the command was starting
-        child.send_signal(asked[-1])
-    pid_file(service).write_text(str(child.pid), encoding="ascii")
-    returncode = child.wait()
-    print(describe(service, returncode, asked_to_stop=bool(asked)), file=sys.stderr, flush=True)
-    return exit_code(returncode, asked_to_stop=bool(asked))
+class _Supervisor:
+    def __init__(self, service: str, command: list[str], restarts: int) -> None:
+        self.service, self.command, self.restarts = service, command, restarts
+        self.asked: list[int] = []
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def forward(self, signum: int, _: FrameType | None) -> None:
+        self.asked.append(signum)
+        if self.child is not None:
+            self.child.send_signal(signum)
+
+    def run(self) -> int:
+        # Handled before the command starts, so the command gets them at their default: one
+        # ignored where the supervisor started (a background shell ignores SIGINT) would stay
+        # ignored in the command (exec keeps an ignored signal ignored), and no trap there helps.
+        for signum in _FORWARDED:
+            signal.signal(signum, self.forward)
+        done, wait_s = 0, _FIRST_WAIT_S
+        while True:
+            started = time.monotonic()
+            returncode = self._run_once()
+            asked = bool(self.asked)
+            print(
+                describe(self.service, returncode, asked_to_stop=asked), file=sys.stderr, flush=True
+            )
+            code = exit_code(returncode, asked_to_stop=asked)
+            if asked or done >= self.restarts:
+                if done and not asked:
+                    self._say(f"gave up after {done} restart(s)")
+                return code
+            wait_s = _FIRST_WAIT_S if time.monotonic() - started >= _RAN_WELL_S else wait_s
+            done += 1
+            self._say(f"restarting ({done} of {self.restarts}) in {wait_s:g} s")
+            _write_count(done)
+            if not self._sleep(wait_s):
+                return 128 + self.asked[-1]
+            wait_s = min(wait_s * 2, _LONGEST_WAIT_S)
+
+    def _say(self, what: str) -> None:
+        print(f"{LINE_PREFIX}{self.service} {what}", file=sys.stderr, flush=True)
+
+    def _run_once(self) -> int:
+        self.child = subprocess.Popen(self.command)
+        if self.asked:  # asked to stop while the command was starting
+            self.child.send_signal(self.asked[-1])
+        pid_file(self.service).write_text(str(self.child.pid), encoding="ascii")
+        returncode = self.child.wait()
+        self.child = None
+        return returncode
+
+    def _sleep(self, seconds: float) -> bool:
+        """False when asked to stop meanwhile."""
+        deadline = time.monotonic() + seconds
+        while not self.asked and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+        return not self.asked
+
+
+def _write_count(done: int) -> None:
+    target = os.environ.get("XPYD_RESTARTS_FILE")
+    if target:
+        Path(target).write_text(f"{done}\n", encoding="ascii")
 
 
 if __name__ == "__main__":

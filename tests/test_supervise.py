@@ -137,3 +137,39 @@ def _state(pid: int) -> str:
     """The process's state letter from /proc (T: stopped)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0]
+
+
+def test_with_restarts_it_runs_the_command_again_then_gives_up(tmp_path: Path) -> None:
+    """The process runtime's policy: N more runs after exits nobody asked for (an exit 0
+    included), the count written where the runtime reads it, then the command's own code."""
+    runs, count = tmp_path / "runs", tmp_path / "restarts"
+    command = ["sh", "-c", f"echo run >> {runs}; exit 3"]
+    run = subprocess.run(
+        [sys.executable, str(ROOT / SOURCE), "--restarts", "2", "decode-0", "--", *command],
+        capture_output=True, text=True, check=False, timeout=60,
+        env={"XPYD_RESTARTS_FILE": str(count), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert run.returncode == 3
+    assert runs.read_text().count("run") == 3
+    assert count.read_text().strip() == "2"
+    assert "decode-0 restarting (1 of 2) in 0.1 s" in run.stderr
+    assert "decode-0 restarting (2 of 2) in 0.2 s" in run.stderr
+    assert run.stderr.rstrip().endswith("decode-0 gave up after 2 restart(s)")
+
+
+def test_a_stop_while_it_waits_to_restart_ends_it_at_once(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    # Exits at once each time: the supervisor then waits 0.1 s, 0.2 s, ... up to 30 s.
+    command = ["sh", "-c", f"touch {marker}; exit 1"]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), "--restarts", "50", "stop-wait", "--", *command],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _wait_for(marker)
+    time.sleep(2.0)  # several quick restarts, now in a longer wait
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - started < 2.0
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "gave up" not in stderr

@@ -49,6 +49,8 @@ from generator.serializers.process import (
 )
 from generator.services.model import Secret
 from generator.spec import Isolation
+from generator.supervise import LINE_PREFIX as SUPERVISOR_PREFIX
+from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
 
 __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
 
@@ -124,7 +126,12 @@ class ProcessStack:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         exit_file = self.state_dir / f"{service.name}.exit"
         exit_file.unlink(missing_ok=True)
-        env = self._environment(service) | {"XPYD_EXIT_FILE": str(exit_file)}
+        restarts_file = self.state_dir / f"{service.name}.restarts"
+        restarts_file.unlink(missing_ok=True)
+        env = self._environment(service) | {
+            "XPYD_EXIT_FILE": str(exit_file),
+            "XPYD_RESTARTS_FILE": str(restarts_file),
+        }
         argv = [
             "/bin/sh",
             "-c",
@@ -142,6 +149,10 @@ class ProcessStack:
         if self.isolation is Isolation.CONTAINER and service.gpus:
             pid = PidNamespace.HOST if service.host_pid else PidNamespace.PRIVATE
             argv = view_command(ContainerView(gpus=service.gpus, pid=pid), argv)
+        if service.max_restarts:
+            # No runtime policy restarts a process: its supervisor does, and says so in its log.
+            supervisor = [*self._executable(service, "python3"), SUPERVISOR]
+            argv = [*supervisor, "--restarts", str(service.max_restarts), service.name, "--", *argv]
         return argv
 
     def _executable(self, service: ProcessService, name: str) -> list[str]:
@@ -202,12 +213,35 @@ class ProcessStack:
             status = "running" if running else "exited"
             ports = listening(entry) if running else ()
             started = entry.get("started") if running else None
+            restarts = self._restarts_of(name)
+            last_exit = self._last_exit(name) if restarts or not running else None
             states.append(
                 ServiceState(
-                    name, f"pid {entry['pid']}", status, health, code, ports, started_at=started
+                    name,
+                    f"pid {entry['pid']}",
+                    status,
+                    health,
+                    code,
+                    ports,
+                    restarts=restarts,
+                    last_exit=last_exit,
+                    started_at=started,
                 )
             )
         return states
+
+    def _restarts_of(self, name: str) -> int:
+        text = _text(self.state_dir / f"{name}.restarts").strip()
+        return int(text) if text.isdigit() else 0
+
+    def _last_exit(self, name: str) -> str | None:
+        """The supervisor's last line in the service's log, as `status` shows it."""
+        lines = [
+            line for line in self.logs(name, tail=200).splitlines() if SUPERVISOR_PREFIX in line
+        ]
+        if not lines:
+            return None
+        return lines[-1][lines[-1].index(SUPERVISOR_PREFIX) + len(SUPERVISOR_PREFIX) :]
 
     def _health_of(self, name: str) -> str | None:
         service = self._plan.service(name)

@@ -77,6 +77,7 @@ class ProcessService:
     on_demand: bool = False  # one-off runs only (bench)
     stop_grace_s: int = 30
     paths: dict[str, str | None] = field(default_factory=dict)  # the mount table it was mapped by
+    max_restarts: int = 0  # restarted by its supervisor after an exit nobody asked for
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         on_demand=service.on_demand,
         stop_grace_s=service.stop_grace_s,
         paths=paths,
+        max_restarts=service.max_restarts,
     )
 
 
@@ -226,6 +228,8 @@ def _document(service: ProcessService) -> dict[str, Any]:
     if service.on_demand:
         fields["on_demand"] = True
     fields["stop_grace_s"] = service.stop_grace_s
+    if service.max_restarts:
+        fields["restarts"] = service.max_restarts
     fields["paths"] = service.paths
     return fields
 
@@ -274,4 +278,5 @@ def _read_service(name: str, fields: dict[str, Any]) -> ProcessService:
         on_demand=bool(fields.get("on_demand", False)),
         stop_grace_s=int(fields.get("stop_grace_s", 30)),
         paths=dict(fields.get("paths") or {}),
+        max_restarts=int(fields.get("restarts", 0)),
     )

@@ -99,6 +99,36 @@ def test_restart_replaces_the_process_and_moves_its_start(stack: ProcessStack) -
         stack.down()
 
 
+def test_a_service_with_restarts_comes_back_and_says_why(tmp_path: Path) -> None:
+    """recovery.max_restarts under the process runtime: the supervisor runs the command
+    again; the service stays "running" (one pid for `down`), and ps counts the restart and
+    shows the supervisor's last line."""
+    marker = tmp_path / "crashed-once"
+    code = (
+        "import pathlib, sys, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    marker.write_text('x'); sys.exit(5)\n"
+        "time.sleep(600)\n"
+    )
+    stack = ProcessStack(project(script_service("flaky", code, max_restarts=2)), tmp_path, PYTHONS)
+    stack.up(["flaky"])
+    try:
+        wait_for(lambda: stack.ps()[0].restarts == 1)
+        (state,) = stack.ps()
+        assert state.status == "running"
+        assert state.last_exit == "flaky restarting (1 of 2) in 0.1 s"
+        assert "flaky exited with 5" in stack.logs("flaky")
+    finally:
+        stack.down()
+    assert stack.ps() == []
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(marker) in " ".join(p.info["cmdline"] or [])
+    ]
+
+
 def test_a_process_that_dies_is_exited_with_its_code(tmp_path: Path) -> None:
     crasher = script_service("crasher", "import sys; print('bye'); sys.exit(3)")
     stack = ProcessStack(project(crasher), tmp_path, PYTHONS)
