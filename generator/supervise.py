@@ -2,6 +2,7 @@
 
     python3 /opt/xpyd/supervise.py SERVICE -- COMMAND...
     python3 generator/supervise.py --restarts N SERVICE -- COMMAND...
+    python3 /opt/xpyd/supervise.py --needs-registered URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
@@ -16,6 +17,13 @@ N times, waiting as Docker does between tries (0.1 s, doubling, at most 30 s; ba
 after a run of 10 s), writes the count so far to ``$XPYD_RESTARTS_FILE`` where that is set,
 and says so on stderr; after the N-th it gives up and exits as the command did.
 
+With ``--needs-registered URL`` (a nixl-mp engine: its LMCache server's /status) it also
+watches the engine's KV store: an engine registers its KV buffers with its `lmcache server`
+once, at start, so a server that restarted answers without it (``registered_gpu_ids`` and
+``registered_non_cuda_instance_ids`` empty) and every request to the engine hangs. Once the
+engine was seen registered, two such answers in a row make the supervisor end the command as
+a crash (exit 1, with a line saying why), and the runtime's policy starts it again.
+
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`): it signals the supervised command (``--tree``: and every process under it, so that a
 stopped engine stops whole), never the supervisor, so the runtime sees a crash and not a stop
@@ -28,12 +36,15 @@ the process runtime's Pythons.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
@@ -45,6 +56,10 @@ IN_IMAGE = "/opt/xpyd/supervise.py"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 UNASKED_EXIT = 1
 _FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
+# How often the KV store is asked (XPYD_WATCH_EVERY_S: tests), and how many answers without
+# the engine in a row end it.
+_WATCH_EVERY_S = float(os.environ.get("XPYD_WATCH_EVERY_S", "5"))
+_WATCH_MISSES = 2
 
 
 def exit_code(returncode: int, *, asked_to_stop: bool) -> int:
@@ -107,18 +122,29 @@ def send(signame: str, service: str, *, tree: bool) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--signal"] and len(argv) in (3, 4):
         return send(argv[1], argv[2], tree=argv[3:] == ["--tree"])
-    restarts = 0
-    if argv[:1] == ["--restarts"] and len(argv) > 1 and argv[1].isdigit():
-        restarts, argv = int(argv[1]), argv[2:]
+    restarts, watch = 0, None
+    while argv[:1] in (["--restarts"], ["--needs-registered"]) and len(argv) > 1:
+        if argv[0] == "--restarts" and argv[1].isdigit():
+            restarts = int(argv[1])
+        elif argv[0] == "--needs-registered":
+            watch = argv[1]
+        else:
+            break
+        argv = argv[2:]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: supervise.py [--restarts N] SERVICE -- COMMAND...", file=sys.stderr)
+        print(
+            "usage: supervise.py [--restarts N] [--needs-registered URL] SERVICE -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
-    return _Supervisor(argv[0], argv[2:], restarts).run()
+    return _Supervisor(argv[0], argv[2:], restarts, watch).run()
 
 
 class _Supervisor:
-    def __init__(self, service: str, command: list[str], restarts: int) -> None:
-        self.service, self.command, self.restarts = service, command, restarts
+    def __init__(
+        self, service: str, command: list[str], restarts: int, watch: str | None = None
+    ) -> None:
+        self.service, self.command, self.restarts, self.watch = service, command, restarts, watch
         self.asked: list[int] = []
         self.child: subprocess.Popen[bytes] | None = None
 
@@ -158,13 +184,33 @@ class _Supervisor:
         print(f"{LINE_PREFIX}{self.service} {what}", file=sys.stderr, flush=True)
 
     def _run_once(self) -> int:
-        self.child = subprocess.Popen(self.command)
+        child = self.child = subprocess.Popen(self.command)
         if self.asked:  # asked to stop while the command was starting
-            self.child.send_signal(self.asked[-1])
-        pid_file(self.service).write_text(str(self.child.pid), encoding="ascii")
-        returncode = self.child.wait()
+            child.send_signal(self.asked[-1])
+        pid_file(self.service).write_text(str(child.pid), encoding="ascii")
+        done = threading.Event()
+        if self.watch is not None:
+            watcher = threading.Thread(target=self._watch, args=(child, done), daemon=True)
+            watcher.start()
+        returncode = child.wait()
+        done.set()
         self.child = None
         return returncode
+
+    def _watch(self, child: subprocess.Popen[bytes], done: threading.Event) -> None:
+        """Ends ``child`` once its KV store answers twice without it registered, after it
+        was seen registered (a store that does not answer may be restarting: wait)."""
+        assert self.watch is not None
+        seen, misses = False, 0
+        while not done.wait(_WATCH_EVERY_S):
+            registered = registered_at(self.watch)
+            if registered is None:
+                continue
+            seen, misses = (True, 0) if registered else (seen, misses + int(seen))
+            if misses >= _WATCH_MISSES:
+                self._say(f"lost its registration at {self.watch} (the store restarted): ending it")
+                _end(child)
+                return
 
     def _sleep(self, seconds: float) -> bool:
         """False when asked to stop meanwhile."""
@@ -172,6 +218,29 @@ class _Supervisor:
         while not self.asked and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, 0.1))
         return not self.asked
+
+
+def registered_at(url: str) -> bool | None:
+    """Whether the LMCache server's /status at ``url`` lists any engine (None: no answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            status = json.loads(answer.read())
+    except (OSError, ValueError):
+        return None
+    keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")
+    return any(status.get(key) for key in keys) if isinstance(status, dict) else None
+
+
+def _end(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s: not a stop the runtime asked for, so it counts as a
+    crash (exit code 1 or the signal's) and the policy restarts the service."""
+    with contextlib.suppress(ProcessLookupError):
+        child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
 
 
 def _write_count(done: int) -> None:

@@ -4,6 +4,7 @@ code, signals reach the command."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -173,3 +174,83 @@ def test_a_stop_while_it_waits_to_restart_ends_it_at_once(tmp_path: Path) -> Non
     assert time.monotonic() - started < 2.0
     assert process.returncode == 128 + signal.SIGTERM
     assert "gave up" not in stderr
+
+
+class _Store:
+    """A stand-in for an `lmcache server`'s /status (the registration lists only): what the
+    watch reads. The real server's restart is in the faults drill (bench --fault
+    kill:lmcache-decode-0)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.registered: list[int] | None = [7]  # None: does not answer
+        store = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if store.registered is None:
+                    self.send_error(503)
+                    return
+                body = json.dumps(
+                    {
+                        "is_healthy": True,
+                        "registered_gpu_ids": [],
+                        "registered_non_cuda_instance_ids": store.registered,
+                    }
+                )
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/status"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _watched(url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), "--needs-registered", url, "watched", "--",
+         "sleep", "600"],
+        stderr=subprocess.PIPE, text=True,
+        env={"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+
+
+def test_an_engine_whose_store_lost_it_is_ended_as_a_crash() -> None:
+    store = _Store()
+    process = _watched(store.url)
+    try:
+        time.sleep(1.0)  # seen registered
+        store.registered = None  # the store restarts: no answer is no reason
+        time.sleep(1.0)
+        assert process.poll() is None
+        store.registered = []  # back, without the engine
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        store.close()
+    assert process.returncode in (1, 128 + signal.SIGTERM)  # a crash: the policy restarts it
+    assert f"watched lost its registration at {store.url}" in stderr
+
+
+def test_an_engine_never_registered_is_left_alone() -> None:
+    """Before the engine registers (it loads for minutes), an empty list is no restart."""
+    store = _Store()
+    store.registered = []
+    process = _watched(store.url)
+    try:
+        time.sleep(1.5)
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+        store.close()

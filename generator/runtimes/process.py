@@ -152,7 +152,9 @@ class ProcessStack:
         if service.max_restarts:
             # No runtime policy restarts a process: its supervisor does, and says so in its log.
             supervisor = [*self._executable(service, "python3"), SUPERVISOR]
-            argv = [*supervisor, "--restarts", str(service.max_restarts), service.name, "--", *argv]
+            watch = ["--needs-registered", service.registered_at] if service.registered_at else []
+            policy = ["--restarts", str(service.max_restarts), *watch]
+            argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv
 
     def _executable(self, service: ProcessService, name: str) -> list[str]:

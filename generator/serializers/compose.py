@@ -147,7 +147,8 @@ def _command(service: Service) -> list[str]:
     as a failure: Docker's bounded policy (on-failure:N) restarts only those."""
     if not service.max_restarts:
         return list(service.command)
-    return ["python3", SUPERVISOR_IN_IMAGE, service.name, "--", *service.command]
+    watch = ["--needs-registered", service.registered_at] if service.registered_at else []
+    return ["python3", SUPERVISOR_IN_IMAGE, *watch, service.name, "--", *service.command]
 
 
 def _runtime(service: Service) -> dict[str, Any]:

@@ -78,6 +78,7 @@ class ProcessService:
     stop_grace_s: int = 30
     paths: dict[str, str | None] = field(default_factory=dict)  # the mount table it was mapped by
     max_restarts: int = 0  # restarted by its supervisor after an exit nobody asked for
+    registered_at: str | None = None  # Service.registered_at
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         stop_grace_s=service.stop_grace_s,
         paths=paths,
         max_restarts=service.max_restarts,
+        registered_at=service.registered_at,
     )
 
 
@@ -230,6 +232,8 @@ def _document(service: ProcessService) -> dict[str, Any]:
     fields["stop_grace_s"] = service.stop_grace_s
     if service.max_restarts:
         fields["restarts"] = service.max_restarts
+    if service.registered_at:
+        fields["registered_at"] = service.registered_at
     fields["paths"] = service.paths
     return fields
 
@@ -279,4 +283,5 @@ def _read_service(name: str, fields: dict[str, Any]) -> ProcessService:
         stop_grace_s=int(fields.get("stop_grace_s", 30)),
         paths=dict(fields.get("paths") or {}),
         max_restarts=int(fields.get("restarts", 0)),
+        registered_at=fields.get("registered_at"),
     )

@@ -184,6 +184,9 @@ class Service:
     # Restarts after any exit nobody asked for, this many times (recovery.max_restarts); 0:
     # never. How is the runtime's: compose wraps the command (generator/supervise.py).
     max_restarts: int = 0
+    # Its KV store's status page (Topology.registration_url): its supervisor restarts it when
+    # the store answers without it registered (the store restarted). Supervised services only.
+    registered_at: str | None = None
     stop_grace_s: int = 30
     logging: LogPolicy = LogPolicy()
 

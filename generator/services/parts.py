@@ -103,6 +103,7 @@ def engine_service(
     return replace(
         service,
         health=health,
+        registered_at=topology.registration_url(plan, engine),
         depends_on=_healthy(sidecars),
         max_restarts=plan.recovery.max_restarts,
     )

@@ -237,6 +237,12 @@ class TopologyUnit(Protocol):
         """Where the P/D verdict reads its counters (None: no KV moves, no P/D verdict)."""
         ...
 
+    def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
+        """Where the engine's own KV store says whom it knows (nixl-mp: its LMCache server's
+        /status): a store that answers without the engine registered has restarted and lost
+        it, and the engine's supervisor then restarts the engine. None: nothing to watch."""
+        ...
+
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """Services that keep state about other services' current processes beyond what they
         depend on (KV peers that do not reconnect): each, and the services whose newer start

@@ -81,6 +81,9 @@ class Colocated:
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         return None  # nothing moves: the colocated verdict (probes/colocated.py) applies
 
+    def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
+        return None
+
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         return {}
 

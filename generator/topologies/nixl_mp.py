@@ -192,6 +192,13 @@ class NixlMP:
     def needs_cpu_connector(self, profile: Profile) -> bool:
         return False
 
+    def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
+        # The engine's LMCacheMPConnector registers its KV buffers with the server at start
+        # and never again: a restarted server lists no engine, and every request hangs.
+        server = _kv(engine).lmcache_server
+        host = "127.0.0.1" if plan.network == "host" else server.service
+        return f"http://{host}:{server.http_port}/status"
+
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         if _settings(plan).p2p is None:
             return {}

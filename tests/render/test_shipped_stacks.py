@@ -66,9 +66,12 @@ def test_bench_never_starts_with_up_and_engine_images_carry_their_base(
 def command_of(service: dict[str, Any]) -> list[str]:
     """The service's own command: restarted services run under the supervisor."""
     command: list[str] = service["command"]
-    supervised = command[:2] == ["python3", SUPERVISOR_IN_IMAGE] and command[3] == "--"
+    supervised = command[:2] == ["python3", SUPERVISOR_IN_IMAGE]
     assert supervised == (service["restart"] != "no"), command
-    return command[4:] if supervised else command
+    if not supervised:
+        return command
+    # [--needs-registered URL] SERVICE -- COMMAND...
+    return command[command.index("--") + 1 :]
 
 
 def test_the_shipped_stacks_are_the_ones_under_stacks(workspace: Workspace) -> None:
@@ -236,3 +239,20 @@ def test_tp8_decoder_gets_a_port_per_rank(workspace: Workspace) -> None:
     assert node_p["secrets"] == {"hf_token": {"file": "../../../secrets/hf_token"}}
     devices = node_p["services"]["prefill-0"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert devices["device_ids"] == [str(i) for i in range(8)]
+
+
+def test_nixl_mp_engines_are_watched_for_their_lmcache_server_s_restart(
+    workspace: Workspace,
+) -> None:
+    """Their supervisor ends an engine whose server no longer lists it (the server
+    restarted); lmcache-pd engines have no server of their own to watch."""
+    services = compose(workspace, "cpu-1p1d")["services"]
+    for engine, server in (("prefill-0", "lmcache-prefill-0"), ("decode-0", "lmcache-decode-0")):
+        command = services[engine]["command"]
+        watched = command[command.index("--needs-registered") + 1]
+        server_command = services[server]["command"]
+        port = server_command[server_command.index("--http-port") + 1]
+        assert watched == f"http://{server}:{port}/status"
+        assert command.index("--needs-registered") < command.index(engine)
+    for name, service in compose(workspace, "cpu-lmcache-pd")["services"].items():
+        assert "--needs-registered" not in service.get("command", []), name
