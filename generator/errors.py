@@ -119,4 +119,9 @@ class StackError(XpydError):
 
 class ProbeError(StackError):
     """An HTTP probe of a service failed: the message names the service, the URL path and the
-    backend's own error message; the hint, the ``logs`` command for that service."""
+    backend's own error message; the hint, the ``logs`` command for that service. ``status``:
+    the HTTP status it answered with (None: it did not answer)."""
+
+    def __init__(self, message: str, *, hint: str = "", status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message, hint=hint)

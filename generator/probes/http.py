@@ -61,10 +61,11 @@ class Origin:
     service: str
     path: str
 
-    def error(self, problem: str) -> ProbeError:
+    def error(self, problem: str, *, status: int | None = None) -> ProbeError:
         return ProbeError(
             f"{self.service} {problem} (on {self.path})",
             hint=f"look at its log: python -m generator logs {self.stack} {self.service}",
+            status=status,
         )
 
 
@@ -180,7 +181,8 @@ class ProbeClient:
         return self.origin(service, url).error(problem)
 
     def status_error(self, service: str, url: str, status: int, text: str) -> ProbeError:
-        return self.error(service, url, f"answered HTTP {status}: {backend_message(text)}")
+        problem = f"answered HTTP {status}: {backend_message(text)}"
+        return self.origin(service, url).error(problem, status=status)
 
     def unreachable(self, service: str, url: str, exc: httpx.HTTPError) -> ProbeError:
         return self.error(service, url, f"did not answer ({type(exc).__name__}: {exc})")

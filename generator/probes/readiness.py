@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from generator.errors import ProbeError
 from generator.plan import EnginePlan, Plan
 from generator.probes.http import Answer, ProbeClient, Transport
 from generator.probes.waits import Check
 
 __all__ = ["Router", "engine_checks", "routed_request", "router_checks", "router_of_plan"]
+
+_ADMIT_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,26 @@ def router_checks(plan: Plan) -> list[Check]:
 
 
 def routed_request(
-    plan: Plan, *, timeout_s: float = 120.0, transport: Transport | None = None
+    plan: Plan,
+    *,
+    timeout_s: float = 120.0,
+    admit_within_s: float = 30.0,
+    transport: Transport | None = None,
 ) -> None:
     """One request through the router: /health alone says nothing about the backends
     (vllm-router kept calling a dead decoder healthy for over a minute). A refusal raises
     ``ProbeError`` with the router's own message."""
     body = {"model": plan.model.served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     router = router_of_plan(plan)
+    # A router up before its health checks re-admitted a restarted engine answers 503 for up
+    # to one check interval (our proxy: "no healthy prefiller or decoder"): asked again.
+    deadline = time.monotonic() + admit_within_s
     with ProbeClient(plan.stack, timeout_s=timeout_s, transport=transport) as client:
-        client.post_json(router.service, f"{router.url}/v1/completions", body)
+        while True:
+            try:
+                client.post_json(router.service, f"{router.url}/v1/completions", body)
+                return
+            except ProbeError as error:
+                if error.status != 503 or time.monotonic() >= deadline:
+                    raise
+            time.sleep(_ADMIT_POLL_S)

@@ -4,6 +4,8 @@ request after /health names the router and keeps its message when it is refused.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -54,8 +56,29 @@ def test_a_refused_routed_request_names_the_router_and_keeps_its_message(plan: P
     body = {"error": {"message": "no prefiller is healthy", "type": "ServiceUnavailable"}}
     refuse = httpx.MockTransport(lambda _: httpx.Response(503, json=body))
     with pytest.raises(ProbeError) as caught:
-        routed_request(plan, transport=refuse)
+        routed_request(plan, transport=refuse, admit_within_s=0.5)
+    assert caught.value.status == 503
     assert caught.value.message == (
         "router answered HTTP 503: no prefiller is healthy (on /v1/completions)"
     )
     assert caught.value.hint == "look at its log: python -m generator logs cpu-lmcache-pd router"
+
+
+def test_a_router_that_has_not_re_admitted_its_engines_yet_is_asked_again(plan: Plan) -> None:
+    """After an engine restarted, a router answers 503 until its next health check: `up`
+    asks again within admit_within_s; any other refusal fails at once."""
+    answers = [503, 503, 200]
+
+    def respond(_: httpx.Request) -> httpx.Response:
+        status = answers.pop(0)
+        body = {"error": {"message": "no healthy prefiller or decoder"}} if status == 503 else {}
+        return httpx.Response(status, json=body)
+
+    routed_request(plan, transport=httpx.MockTransport(respond), admit_within_s=10)
+    assert answers == []
+    broken = httpx.MockTransport(lambda _: httpx.Response(500, json={"error": "boom"}))
+    started = time.monotonic()
+    with pytest.raises(ProbeError) as caught:
+        routed_request(plan, transport=broken, admit_within_s=10)
+    assert caught.value.status == 500
+    assert time.monotonic() - started < 1.0

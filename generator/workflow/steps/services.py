@@ -37,9 +37,9 @@ _ENGINE_DEADLINE_S = {Profile.GPU: 1800.0, Profile.CPU: 300.0}
 _LOG_TAIL = 40
 _ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
 _HEALTH_POLL_S = 1.0
-# A KV peer that started this much later than a service is a restart that service missed;
-# less is one `up` starting both (the engines of one wave start seconds apart).
-_PEER_SLACK_S = 60.0
+_CLOCK_SLACK_S = 1.0  # Docker's StartedAt and this clock: one machine, rounding apart
+# Mutual KV peers restarted together start seconds apart; more than this is a restart missed.
+_MUTUAL_SLACK_S = 30.0
 
 
 def engine_deadline_s(plan: Plan) -> float:
@@ -54,6 +54,7 @@ def sidecars_on(plan: Plan, host: str) -> list[str]:
 def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
     def start(context: RunContext) -> str:
         runtime = context.hosts[host].runtime
+        since = time.time() - _CLOCK_SLACK_S
         runtime.up(names)
         # Left running by an earlier `up` while a service it depends on was replaced since
         # (its LMCache server recreated for a new setting, say), or a KV peer restarted: it
@@ -61,7 +62,7 @@ def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
         # request; an lmcache-pd sender never hears from a restarted decoder). Restarted.
         (services,) = [h for h in context.rendered.deployment.hosts if h.host == host]
         peers = topology_of(context.plan).stale_after(context.plan)
-        stale = outlived_dependencies(runtime.ps(), services, names, peers)
+        stale = outlived_dependencies(runtime.ps(), services, names, peers, since=since)
         if stale:
             runtime.restart(stale)
             return f"{', '.join(names)} (restarted {', '.join(stale)}: older than what they need)"
@@ -75,27 +76,36 @@ def outlived_dependencies(
     services: HostServices,
     names: Sequence[str],
     peers: Mapping[str, Sequence[str]],
+    *,
+    since: float,
 ) -> list[str]:
-    """Of ``names``, those running since before a dependency of theirs (on the same host)
-    last started, or since well before a KV peer did (``peers``: the topology's
-    ``stale_after``); a peer of theirs that is also theirs comes along, so that both start
-    anew together."""
+    """Of ``names``, those running since before ``since`` (not started by this step) and
+    since before a dependency of theirs (on the same host) or a KV peer (``peers``: the
+    topology's ``stale_after``) last started. Mutual peers go together, so that both start
+    anew at once; one that started within a few seconds of the other is no restart missed."""
     started = {state.service: state.started_at for state in states if state.started_at}
     needs = {service.name: [d.service for d in service.depends_on] for service in services.services}
 
+    def mutual(name: str, peer: str) -> bool:
+        return name in peers.get(peer, ())
+
+    def newer(name: str, other: str, slack: float) -> bool:
+        return started.get(other, 0.0) > started[name] + slack
+
     def stale(name: str) -> bool:
-        mine = started[name]
-        return any(started.get(need, 0.0) > mine for need in needs.get(name, ())) or any(
-            started.get(peer, 0.0) > mine + _PEER_SLACK_S for peer in peers.get(name, ())
+        if started[name] >= since:
+            return False
+        return any(newer(name, need, 0.0) for need in needs.get(name, ())) or any(
+            newer(name, peer, _MUTUAL_SLACK_S if mutual(name, peer) else 0.0)
+            for peer in peers.get(name, ())
         )
 
     found = {name for name in names if name in started and stale(name)}
-    # Restarted alone, one of two mutual peers would leave the other stale in its turn.
     together = {
         peer
         for name in found
         for peer in peers.get(name, ())
-        if peer in names and peer in started and name in peers.get(peer, ())
+        if peer in names and peer in started and mutual(name, peer)
     }
     return [name for name in names if name in found | together]
 
