@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
 from generator.probes.readiness import router_of_plan
 from generator.routers import router_of
+from generator.runtimes.base import ServiceState
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
@@ -48,6 +49,9 @@ class Sample:
     health: str | None
     restarts: int
     in_rotation: bool | None  # our proxy's view; None: the router does not say
+    # Engines registered with the faulted service (its LMCache server): healthy again, and
+    # started since it did (their supervisor restarts them). None: no such engine.
+    followers_back: bool | None = None
 
 
 @dataclass
@@ -123,6 +127,7 @@ def _whole(sample: Sample) -> bool:
         sample.status == "running"
         and sample.health in (None, "healthy")
         and sample.in_rotation is not False
+        and sample.followers_back is not False
     )
 
 
@@ -193,12 +198,14 @@ def _watch(
 ) -> None:
     runtime = context.host_of(service).runtime
     in_rotation = _rotation_reader(context.plan, service)
+    followers = _followers(context, service)
     while not stop.is_set():
         looked = time.monotonic()
         try:
-            state = next((s for s in runtime.ps() if s.service == service), None)
+            states = {s.service: s for s in runtime.ps()}
         except XpydError:
-            state = None
+            states = {}
+        state = states.get(service)
         out.append(
             Sample(
                 at_s=looked - origin,
@@ -206,9 +213,38 @@ def _watch(
                 health=state.health if state else None,
                 restarts=state.restarts if state else 0,
                 in_rotation=in_rotation(),
+                followers_back=followers_back_of(states, service, followers),
             )
         )
         stop.wait(max(0.0, _WATCH_EVERY_S - (time.monotonic() - looked)))
+
+
+def _followers(context: RunContext, service: str) -> list[str]:
+    """The services that registered with ``service`` at their start and are restarted when it
+    loses them (Service.registered_at: a nixl-mp engine and its LMCache server)."""
+    host = context.host_of(service).name
+    (services,) = [h for h in context.rendered.deployment.hosts if h.host == host]
+    return [
+        s.name
+        for s in services.services
+        if s.registered_at and service in {d.service for d in s.depends_on}
+    ]
+
+
+def followers_back_of(
+    states: Mapping[str, ServiceState], service: str, followers: list[str]
+) -> bool | None:
+    if not followers:
+        return None
+    own = states.get(service)
+    if own is None or own.started_at is None:
+        return False
+    return all(
+        (follower := states.get(name)) is not None
+        and follower.health in (None, "healthy")
+        and (follower.started_at or 0.0) > own.started_at
+        for name in followers
+    )
 
 
 def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:

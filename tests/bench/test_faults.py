@@ -4,16 +4,18 @@ for real in tests/integration/test_faults.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from generator.bench.drill import DrillResult, Sample
+from generator.bench.drill import DrillResult, Sample, followers_back_of
 from generator.bench.fault_load import LoadSettings, Outcome
 from generator.bench.fault_report import per_second, write_fault_report
 from generator.bench.faults import Fault, FaultAction, FaultError, parse_fault
 from generator.plan import Plan
 from generator.planner import make_plan
+from generator.runtimes.base import ServiceState
 from generator.stack import load_spec
 from tests.conftest import ROOT
 
@@ -113,6 +115,29 @@ def test_restarts_count_from_the_fault() -> None:
 
 def test_a_service_never_out_is_not_recovered() -> None:
     assert _result(OUTCOMES, [_look(9.0), _look(40.0)]).back_at() is None
+
+
+def test_a_killed_lmcache_server_is_whole_only_once_its_engine_registered_again() -> None:
+    """The server comes back first; its engine's supervisor then restarts the engine (it lost
+    its registration): the stack is whole only when that engine is healthy and newer."""
+    server = ServiceState("lmcache-decode-0", "c", "running", "healthy", None, (), started_at=50.0)
+    old = ServiceState("decode-0", "e", "running", "healthy", None, (), started_at=10.0)
+
+    def back(engine: ServiceState | None) -> bool | None:
+        states = {"lmcache-decode-0": server} | ({"decode-0": engine} if engine else {})
+        return followers_back_of(states, server.service, ["decode-0"] if engine else [])
+
+    assert back(old) is False  # still the engine that lost its registration
+    assert back(replace(old, started_at=70.0, health="starting")) is False
+    assert back(replace(old, started_at=70.0)) is True
+    assert back(None) is None  # no engine registered with it: nothing to wait for
+    samples = [
+        _look(9.0),
+        _look(20.0, restarts=1),  # the server back, its engine not yet restarted
+        replace(_look(40.0, restarts=1), followers_back=True),
+    ]
+    samples[1] = replace(samples[1], followers_back=False)
+    assert _result(OUTCOMES, samples).back_at() == pytest.approx(40.0)
 
 
 def test_per_second_counts_by_end(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 namespace with its own address (tests/integration/hosts.py), each reached as its own docker
 context. The prefiller and its LMCache server run on hosta, the decoder, its LMCache server
 and vllm-router on hostb; KV crosses the "hosts" over NIXL. Images are built on this
-machine's engine and shipped to each host's engine (no registry)."""
+machine's engine and shipped to each host's engine (no registry). Observed and with LMCache P2P
+on: the coordinator and Prometheus run on hosta; Prometheus scrapes both hosts, and the
+decoder's LMCache server loads a prefix from the prefiller's across the hosts."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tests.integration.hosts import NetnsHost, NetnsHosts
 pytestmark = pytest.mark.stack
 STACK = "cpu-2host"
 RUN_ID = f"pytest-2host-{int(time.time())}"
+FEATURES = ["--set", "observe.enabled=true", "--set", "lmcache.p2p={}"]
 
 
 def host_flags(a: NetnsHost, b: NetnsHost) -> list[str]:
@@ -75,9 +78,8 @@ def test_an_unreachable_host_fails_before_anything_starts(
 
 @pytest.fixture(scope="module")
 def stack_up(netns_hosts: NetnsHosts, root: Path) -> dict[str, Any]:
-    result = cli(
-        "up", STACK, *host_flags(netns_hosts.a, netns_hosts.b), "--run-id", RUN_ID, root=root
-    )
+    flags = host_flags(netns_hosts.a, netns_hosts.b)
+    result = cli("up", STACK, *flags, *FEATURES, "--run-id", RUN_ID, root=root)
     print(result.stderr[-6000:], result.stdout[-6000:])
     assert result.returncode == 0, result.stderr[-4000:]
     record: dict[str, Any] = json.loads((root / "runs" / RUN_ID / "run.json").read_text())
@@ -90,7 +92,12 @@ def test_up_runs_each_host_on_its_own_engine_and_kv_crosses_hosts(
     tasks = stack_up["tasks"]
     for name in ("ship@host-a", "ship@host-b", "start-lmcache@host-a", "start-engines@host-b"):
         assert tasks[name]["state"] == "success", (name, tasks[name])
-    assert running(project_on(root, netns_hosts.a, "host-a")) == {"prefill-0", "lmcache-prefill-0"}
+    assert running(project_on(root, netns_hosts.a, "host-a")) == {
+        "prefill-0",
+        "lmcache-prefill-0",
+        "lmcache-coordinator",
+        "prometheus",
+    }
     assert running(project_on(root, netns_hosts.b, "host-b")) == {
         "decode-0",
         "lmcache-decode-0",
@@ -108,6 +115,28 @@ def test_up_runs_each_host_on_its_own_engine_and_kv_crosses_hosts(
     assert rows["NIXL bytes transferred"]["passed"] is True
     speed = rows["KV path speed (NIXL reads, per request)"]["observed"]
     assert speed.endswith("over tcp"), speed
+
+
+def test_p2p_reuse_crosses_the_hosts(stack_up: dict[str, Any]) -> None:
+    rows = {row["check"]: row for row in stack_up["results"]["smoke"]["rows"]}
+    assert rows["LMCache P2P peers (/status)"]["passed"] is True
+    (reuse,) = [row for name, row in rows.items() if name.startswith("prefix from a peer")]
+    assert reuse["passed"] is True, reuse
+
+
+def test_prometheus_on_one_host_scrapes_both(
+    netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]
+) -> None:
+    flags = host_flags(netns_hosts.a, netns_hosts.b)
+    result = cli("observe", STACK, *flags, *FEATURES, "--json", root=root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    targets = report["targets"]
+    assert set(targets.values()) == {"up"}, targets
+    assert len(targets) == 5, targets  # two engines, their LMCache servers, the router
+    assert [name for name in targets if "decode-0" in name], targets  # host-b's, from host-a
+    answers = [q["answer"] for q in report["queries"]]
+    assert "error" not in answers
 
 
 def test_status_logs_and_down_act_on_every_host(
