@@ -77,7 +77,12 @@ def prometheus_url(plan: Plan) -> str:
             f"{plan.stack} is not observed: it has no Prometheus",
             hint="bring it up with --set observe.enabled=true (or observe: {enabled: true})",
         )
-    return f"http://{plan.reach_address(plan.observe.host)}:{plan.observe.prometheus_port}"
+    observe = plan.observe
+    # With host networking and observe.publish off it listens on its host's loopback only:
+    # reached from that host alone (a multi-host stack's first host: run observe there).
+    loopback = plan.network == "host" and not observe.public
+    address = "127.0.0.1" if loopback else plan.reach_address(observe.host)
+    return f"http://{address}:{observe.prometheus_port}"
 
 
 def check_prometheus(plan: Plan, *, timeout_s: float = 10.0) -> ObserveReport:
@@ -165,9 +170,16 @@ class Prometheus:
         where = f"{self.url}{path}" + (f"?{urlencode(params)}" if params else "")
         answer = self.client.answer(where)
         if answer is None:
+            loopback = "//127.0.0.1:" in self.url
             raise StackError(
                 f"Prometheus at {self.url} does not answer {path}",
-                hint="is the stack up with observe on? `python -m generator status STACK`",
+                hint="is the stack up with observe on? `python -m generator status STACK`"
+                + (
+                    "; with observe.publish off it listens on its host's loopback only: run "
+                    "this on that host, or publish it (--set observe.publish=true)"
+                    if loopback
+                    else ""
+                ),
             )
         body = answer.json()  # errors (400, 422) come as JSON with status "error"
         return body if isinstance(body, dict) else {"status": "error", "error": answer.text[:200]}

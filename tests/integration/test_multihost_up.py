@@ -24,7 +24,10 @@ from tests.integration.hosts import NetnsHost, NetnsHosts
 pytestmark = pytest.mark.stack
 STACK = "cpu-2host"
 RUN_ID = f"pytest-2host-{int(time.time())}"
-FEATURES = ["--set", "observe.enabled=true", "--set", "lmcache.p2p={}"]
+# Published: Prometheus runs on hosta, and `observe` asks it from this machine's namespace
+# (unpublished, it would listen on hosta's loopback only).
+FEATURES = ["--set", "observe.enabled=true", "--set", "observe.publish=true"]
+FEATURES += ["--set", "lmcache.p2p={}"]
 
 
 def host_flags(a: NetnsHost, b: NetnsHost) -> list[str]:
@@ -128,9 +131,15 @@ def test_prometheus_on_one_host_scrapes_both(
     netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]
 ) -> None:
     flags = host_flags(netns_hosts.a, netns_hosts.b)
-    result = cli("observe", STACK, *flags, *FEATURES, "--json", root=root)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    report = json.loads(result.stdout)
+    deadline = time.monotonic() + 60
+    while True:  # a target Prometheus has not scraped yet is "unknown": its first look
+        result = cli("observe", STACK, *flags, *FEATURES, "--json", root=root)
+        report = json.loads(result.stdout)
+        if "unknown" not in report["targets"].values() or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    failing = {k: v for k, v in report.items() if k not in ("queries",)}
+    assert result.returncode == 0, json.dumps(failing)[-3000:] + result.stderr[-2000:]
     targets = report["targets"]
     assert set(targets.values()) == {"up"}, targets
     assert len(targets) == 5, targets  # two engines, their LMCache servers, the router
