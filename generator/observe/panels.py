@@ -41,16 +41,16 @@ def _rate(series: str, by: str, where: str = SELECTOR) -> Query:
     return Query(f"sum by ({by}) (rate({series}{{{where}}}[{_RATE}]))", (series,))
 
 
-def _percentiles(title: str, family: str) -> PanelSpec:
+def _percentiles(title: str, family: str, by: str = "role", where: str = SELECTOR) -> PanelSpec:
     bucket = f"{family}_bucket"
     queries = tuple(
         (
             Query(
-                f"histogram_quantile({q:g}, sum by (le, role) "
-                f"(rate({bucket}{{{SELECTOR}}}[{_RATE}])))",
+                f"histogram_quantile({q:g}, sum by (le, {by}) "
+                f"(rate({bucket}{{{where}}}[{_RATE}])))",
                 (bucket,),
             ),
-            f"p{q * 100:g} {{{{role}}}}",
+            f"p{q * 100:g} {{{{{by}}}}}",
         )
         for q in _QUANTILES
     )
@@ -257,18 +257,6 @@ def _vllm_router_panels() -> tuple[PanelSpec, ...]:
     # Its error counters exist only once an error happened (see published.VLLM_ROUTER): a panel
     # on them would be empty on a healthy stack, so errors show as the gap between routed
     # requests and the engines' own successes on the load row.
-    bucket = "vllm_router_pd_request_duration_seconds_bucket"
-    duration = tuple(
-        (
-            Query(
-                f"histogram_quantile({q:g}, sum by (le, route) "
-                f"(rate({bucket}{{{_ROUTER}}}[{_RATE}])))",
-                (bucket,),
-            ),
-            f"p{q * 100:g} {{{{route}}}}",
-        )
-        for q in _QUANTILES
-    )
     health = "vllm_router_worker_health"
     active, pending = (
         "vllm_router_pd_active_decode_requests",
@@ -280,7 +268,12 @@ def _vllm_router_panels() -> tuple[PanelSpec, ...]:
             "reqps",
             ((_rate("vllm_router_pd_requests_total", "route", _ROUTER), "{{route}}"),),
         ),
-        PanelSpec("Request duration (router)", "s", duration),
+        _percentiles(
+            "Request duration (router)",
+            "vllm_router_pd_request_duration_seconds",
+            by="route",
+            where=_ROUTER,
+        ),
         PanelSpec(
             "Pairs: requests per worker",
             "reqps",
