@@ -254,9 +254,8 @@ def _proxy_panels() -> tuple[PanelSpec, ...]:
 
 
 def _vllm_router_panels() -> tuple[PanelSpec, ...]:
-    # Its error counters exist only once an error happened (see published.VLLM_ROUTER): a panel
-    # on them would be empty on a healthy stack, so errors show as the gap between routed
-    # requests and the engines' own successes on the load row.
+    # Its error counter has a series only once a decode failed (see published.VLLM_ROUTER), as
+    # our proxy's: the errors panel is empty on a healthy stack.
     health = "vllm_router_worker_health"
     active, pending = (
         "vllm_router_pd_active_decode_requests",
@@ -287,6 +286,11 @@ def _vllm_router_panels() -> tuple[PanelSpec, ...]:
                     "decode {{worker}}",
                 ),
             ),
+        ),
+        PanelSpec(
+            "Decode errors per worker",
+            "short",
+            ((_rate("vllm_router_pd_decode_errors_total", "worker", _ROUTER), "{{worker}}"),),
         ),
         PanelSpec(
             "Workers healthy",

@@ -80,7 +80,7 @@ PROXY: Final[dict[str, Kind]] = {
 }
 # vllm-router (the pinned wheel) on its Prometheus port, as a live cpu-1p1d's router published
 # it after a few requests (tests/probes/recorded/cpu-p2p/router.txt). Its error counters
-# (vllm_router_pd_*errors_total) appear only after an error, so no panel may rely on them.
+# appear only after an error (as our proxy's do): a panel on them is empty until one.
 VLLM_ROUTER: Final[dict[str, Kind]] = {
     "vllm_router_pd_requests_total": "counter",  # label route
     "vllm_router_pd_request_duration_seconds": "histogram",  # label route
@@ -89,6 +89,9 @@ VLLM_ROUTER: Final[dict[str, Kind]] = {
     "vllm_router_pd_active_decode_requests": "gauge",
     "vllm_router_pd_pending_decode_requests": "gauge",
     "vllm_router_worker_health": "gauge",  # label worker
+    # Only after a decode failed (recorded after a decoder was killed:
+    # tests/probes/recorded/cpu-1p1d/router-after-a-decoder-died.txt).
+    "vllm_router_pd_decode_errors_total": "counter",  # label worker
 }
 # Prometheus itself, per target.
 PROMETHEUS: Final[dict[str, Kind]] = {"up": "gauge"}
