@@ -48,7 +48,7 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "main"]
+__all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "last_said", "main"]
 
 LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
@@ -60,6 +60,18 @@ _FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
 # the engine in a row end it.
 _WATCH_EVERY_S = float(os.environ.get("XPYD_WATCH_EVERY_S", "5"))
 _WATCH_MISSES = 2
+_STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
+
+
+def last_said(log: str) -> str | None:
+    """The supervisor's last line in a service's log, without its prefix (anywhere in a line:
+    a command's last words may end without a newline)."""
+    said = [
+        line[line.index(LINE_PREFIX) + len(LINE_PREFIX) :]
+        for line in log.splitlines()
+        if LINE_PREFIX in line
+    ]
+    return said[-1] if said else None
 
 
 def exit_code(returncode: int, *, asked_to_stop: bool) -> int:
@@ -224,7 +236,7 @@ def registered_at(url: str) -> bool | None:
     """Whether the LMCache server's /status at ``url`` lists any engine (None: no answer)."""
     try:
         with urllib.request.urlopen(url, timeout=5) as answer:
-            status = json.loads(answer.read())
+            status = json.loads(answer.read(_STATUS_MAX_BYTES))
     except (OSError, ValueError):
         return None
     keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")

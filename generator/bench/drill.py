@@ -222,8 +222,7 @@ def _watch(
 def _followers(context: RunContext, service: str) -> list[str]:
     """The services that registered with ``service`` at their start and are restarted when it
     loses them (Service.registered_at: a nixl-mp engine and its LMCache server)."""
-    host = context.host_of(service).name
-    (services,) = [h for h in context.rendered.deployment.hosts if h.host == host]
+    services = context.host_of(service).project.host_services
     return [
         s.name
         for s in services.services

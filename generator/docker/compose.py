@@ -16,7 +16,7 @@ from python_on_whales import Container
 from generator.docker.endpoint import LOCAL, DockerEndpoint, client, run_cli, translated
 from generator.errors import DockerError
 from generator.runtimes.base import ServiceState
-from generator.supervise import LINE_PREFIX as SUPERVISOR_PREFIX
+from generator.supervise import last_said
 
 __all__ = ["ComposeStack", "OneOff", "ServiceState"]
 
@@ -133,10 +133,7 @@ class ComposeStack:
             else:
                 tail = self._client.container.logs(container.name, tail=_EXIT_LINE_TAIL)
         text = tail if isinstance(tail, str) else ""
-        # Anywhere in a line: a command's last words may end without a newline.
-        mark = SUPERVISOR_PREFIX
-        lines = [line[line.index(mark) + len(mark) :] for line in text.splitlines() if mark in line]
-        reason = lines[-1] if lines else None
+        reason = last_said(text)
         state = container.state
         if reason is None:
             reason = f"exit {state.exit_code}" + (" (OOM killed)" if state.oom_killed else "")

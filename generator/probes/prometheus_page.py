@@ -5,6 +5,7 @@ run as Prometheus itself draws it (no Grafana needed)."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import urllib.parse
@@ -78,6 +79,6 @@ def screenshot_graph(plan: Plan, expr: str, range_s: float, target: Path) -> Pat
         raise StackError(
             f"{browser} gave no picture of Prometheus's graph page (exit {done.returncode}): "
             + " / ".join(said),
-            hint=f"run it yourself: {' '.join(command)}",
+            hint=f"run it yourself: {shlex.join(command)}",
         )
     return target

@@ -49,8 +49,8 @@ from generator.serializers.process import (
 )
 from generator.services.model import Secret
 from generator.spec import Isolation
-from generator.supervise import LINE_PREFIX as SUPERVISOR_PREFIX
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
+from generator.supervise import last_said
 
 __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
 
@@ -238,12 +238,7 @@ class ProcessStack:
 
     def _last_exit(self, name: str) -> str | None:
         """The supervisor's last line in the service's log, as `status` shows it."""
-        lines = [
-            line for line in self.logs(name, tail=200).splitlines() if SUPERVISOR_PREFIX in line
-        ]
-        if not lines:
-            return None
-        return lines[-1][lines[-1].index(SUPERVISOR_PREFIX) + len(SUPERVISOR_PREFIX) :]
+        return last_said(self.logs(name, tail=200))
 
     def _health_of(self, name: str) -> str | None:
         service = self._plan.service(name)
