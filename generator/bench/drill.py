@@ -1,18 +1,21 @@
 """A fault drill: the stack up (its verdict in), load through the router, one fault injected
-at its time, the stack watched every second (the service's state and restarts; our proxy's
-view of it), then the smoke verdict again once the service is back.
+at its time, the stack watched every second (the service's state and restarts; the router's
+view of it), then the smoke verdict again once the service is back. A link cut is watched
+through the engines it separates from the router: whole once the router has them back.
 
 What it measures, against the fault's time:
 - failed requests, split by whether any of their answer had reached the client;
 - the longest request against its deadline (none may wait past it);
-- time to ejection: until our proxy's /metrics says the service is out of rotation (our proxy
-  only: vllm-router 0.1.17 publishes no per-worker health), and until the last failure;
+- time to ejection: until the router's metrics say the service is out of rotation (our
+  proxy's xpyd_proxy_backend_healthy, vllm-router's vllm_router_worker_health), and until the
+  last failure;
 - time to recovery: until the service is running and healthy again (and back in our proxy's
   rotation), and until the smoke verdict passes again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,11 +25,11 @@ from typing import Any
 
 from generator.bench.fault_load import LoadSettings, Outcome, run_load
 from generator.bench.faults import Fault, FaultAction, signal_service
+from generator.bench.link_cut import cut_link, restore_link
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
-from generator.probes.readiness import router_of_plan
 from generator.routers import router_of
 from generator.runtimes.base import ServiceState
 from generator.workflow.context import RunContext, RunOptions
@@ -34,7 +37,7 @@ from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
 from generator.workflow.steps.verdict import smoke
 
-__all__ = ["DrillResult", "Sample", "run_drill"]
+__all__ = ["DrillResult", "Sample", "combined_sample", "followers_back_of", "run_drill"]
 
 _WATCH_EVERY_S = 1.0
 _RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --wait-scale)
@@ -42,13 +45,15 @@ _RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --w
 
 @dataclass(frozen=True)
 class Sample:
-    """One look at the faulted service, ``at_s`` after the load started."""
+    """One look at the faulted service (services: a link cut's, all of them taken together:
+    the first that is not running gives the status, restarts are summed), ``at_s`` after the
+    load started."""
 
     at_s: float
     status: str  # the runtime's: running, exited, restarting, ...
     health: str | None
     restarts: int
-    in_rotation: bool | None  # our proxy's view; None: the router does not say
+    in_rotation: bool | None  # the router's view; None: it did not answer
     # Engines registered with the faulted service (its LMCache server): healthy again, and
     # started since it did (their supervisor restarts them). None: no such engine.
     followers_back: bool | None = None
@@ -73,6 +78,7 @@ class DrillResult:
     last_exit: str | None = None  # the service's, from `status`
     injected: str = ""  # what the signal step printed
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
+    link_restored: bool | None = None  # a link cut's end: None, no cut
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -146,11 +152,11 @@ def run_drill(
     )
     up_stack(context)  # a stack that does not come up, or fails its verdict: nothing to drill
     result = DrillResult(plan.stack, plan.router.kind.value, fault.label, fault.at_s, load)
-    runtime = context.host_of(fault.service).runtime
+    watched = fault.watched(plan)
     origin = time.monotonic()
     stop = threading.Event()
     watcher = threading.Thread(
-        target=_watch, args=(context, fault.service, origin, stop, result.samples), daemon=True
+        target=_watch, args=(context, watched, origin, stop, result.samples), daemon=True
     )
     injector = threading.Thread(target=_inject, args=(context, fault, origin, result), daemon=True)
     watcher.start()
@@ -160,63 +166,104 @@ def run_drill(
         f"{plan.stack}: load for {load.duration_s:g} s ({load.concurrency} clients), "
         f"fault {fault.label}",
     )
-    result.outcomes = run_load(load)
-    injector.join()
+    try:
+        result.outcomes = run_load(load)
+        injector.join()
+    finally:
+        if fault.action is FaultAction.CUT:  # also when interrupted: a cut never outlives us
+            _restore(context, result)
     if not _whole_now(result):
         # The stack serves without the faulted service: the verdict reads the rest.
         result.verdict_during, result.verdict_during_s = _verdict(
-            context, reporter, "during-recovery", origin, result.fault_at_s, down=[fault.service]
+            context, reporter, "during-recovery", origin, result.fault_at_s, down=watched
         )
     _await_recovery(result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * wait_scale)
     stop.set()
     watcher.join()
-    result.last_exit = next((s.last_exit for s in runtime.ps() if s.service == fault.service), None)
+    if fault.action is not FaultAction.CUT:
+        states = context.host_of(fault.target).runtime.ps()
+        result.last_exit = next((s.last_exit for s in states if s.service == fault.target), None)
     return result
 
 
 def _inject(context: RunContext, fault: Fault, origin: float, result: DrillResult) -> None:
     _sleep_until(origin + fault.at_s)
-    runtime = context.host_of(fault.service).runtime
     context.progress(f"fault: {fault.label}")
     started = time.monotonic()
     try:
-        if fault.action is FaultAction.STOP:
-            result.injected = signal_service(runtime, fault.service, "STOP", tree=True)
+        if fault.action is FaultAction.CUT:
+            result.injected = cut_link(context.hosts, fault.target)
             result.injected_in_s = time.monotonic() - started
             _sleep_until(origin + fault.at_s + (fault.for_s or 0.0))
-            result.injected += signal_service(runtime, fault.service, "CONT", tree=True)
+            _restore(context, result)
+            return
+        runtime = context.host_of(fault.target).runtime
+        if fault.action is FaultAction.STOP:
+            result.injected = signal_service(runtime, fault.target, "STOP", tree=True)
+            result.injected_in_s = time.monotonic() - started
+            _sleep_until(origin + fault.at_s + (fault.for_s or 0.0))
+            result.injected += signal_service(runtime, fault.target, "CONT", tree=True)
         else:
             signame = "KILL" if fault.action is FaultAction.KILL else "TERM"
-            result.injected = signal_service(runtime, fault.service, signame, tree=False)
+            result.injected = signal_service(runtime, fault.target, signame, tree=False)
             result.injected_in_s = time.monotonic() - started
     except XpydError as error:  # recorded: the report says the fault never happened
         result.injected = f"failed: {error.message}"
 
 
+def _restore(context: RunContext, result: DrillResult) -> None:
+    """Ends a link cut (again, harmlessly, if it is over); a host it fails on is reported."""
+    with _RESTORING:
+        if result.link_restored:
+            return
+        failed = restore_link(context.hosts)
+        result.link_restored = not failed
+    if failed:
+        context.progress(f"the link cut is still in place: {failed}", EventLevel.FAILED)
+
+
+_RESTORING = threading.Lock()
+
+
 def _watch(
-    context: RunContext, service: str, origin: float, stop: threading.Event, out: list[Sample]
+    context: RunContext,
+    services: list[str],
+    origin: float,
+    stop: threading.Event,
+    out: list[Sample],
 ) -> None:
-    runtime = context.host_of(service).runtime
-    in_rotation = _rotation_reader(context.plan, service)
-    followers = _followers(context, service)
+    runtimes = {id(r): r for r in (context.host_of(s).runtime for s in services)}
+    in_rotation = _rotation_reader(context.plan, services)
+    followers = {s: _followers(context, s) for s in services}
     while not stop.is_set():
         looked = time.monotonic()
-        try:
-            states = {s.service: s for s in runtime.ps()}
-        except XpydError:
-            states = {}
-        state = states.get(service)
-        out.append(
-            Sample(
-                at_s=looked - origin,
-                status=state.status if state else "missing",
-                health=state.health if state else None,
-                restarts=state.restarts if state else 0,
-                in_rotation=in_rotation(),
-                followers_back=followers_back_of(states, service, followers),
-            )
-        )
+        states: dict[str, ServiceState] = {}
+        for runtime in runtimes.values():
+            with contextlib.suppress(XpydError):  # an engine that does not answer: "missing"
+                states |= {s.service: s for s in runtime.ps()}
+        out.append(combined_sample(looked - origin, states, services, in_rotation(), followers))
         stop.wait(max(0.0, _WATCH_EVERY_S - (time.monotonic() - looked)))
+
+
+def combined_sample(
+    at_s: float,
+    states: Mapping[str, ServiceState],
+    services: list[str],
+    in_rotation: bool | None,
+    followers: Mapping[str, list[str]],
+) -> Sample:
+    found = [state for s in services if (state := states.get(s)) is not None]
+    statuses = [s.status for s in found] + ["missing"] * (len(services) - len(found))
+    healths = [s.health for s in found if s.health is not None]
+    backs = [b for s in services if (b := followers_back_of(states, s, followers[s])) is not None]
+    return Sample(
+        at_s=at_s,
+        status=next((status for status in statuses if status != "running"), "running"),
+        health=next((h for h in healths if h != "healthy"), healths[0] if healths else None),
+        restarts=sum(s.restarts for s in found),
+        in_rotation=in_rotation,
+        followers_back=all(backs) if backs else None,
+    )
 
 
 def _followers(context: RunContext, service: str) -> list[str]:
@@ -246,13 +293,15 @@ def followers_back_of(
     )
 
 
-def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
-    """Our proxy says which backends are in rotation (xpyd_proxy_backend_healthy)."""
+def _rotation_reader(plan: Plan, services: list[str]) -> Callable[[], bool | None]:
+    """The router says which engines are in rotation (its ``rotation_series``): all of them?"""
     engines = {engine.name for engine in plan.engines}
-    metric = router_of(plan).rotation_metric
-    if metric is None or service not in engines:
+    if not set(services) <= engines:
         return lambda: None  # a router routes to engines only
-    url = f"{router_of_plan(plan).url}/metrics"
+    router = router_of(plan)
+    page = router.metrics_page(plan)
+    url = f"http://{plan.reach_address(page.host)}:{page.port}{page.path}"
+    series = [router.rotation_series(plan, service) for service in services]
 
     def read() -> bool | None:
         with ProbeClient(plan.stack, timeout_s=2.0) as client:
@@ -260,7 +309,7 @@ def _rotation_reader(plan: Plan, service: str) -> Callable[[], bool | None]:
                 samples = client.scrape(plan.router.service, url)
             except XpydError:
                 return None
-        return metric_sum(samples, metric, {"backend": service}) > 0
+        return all(metric_sum(samples, metric, labels) > 0 for metric, labels in series)
 
     return read
 

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from generator.bench.drill import DrillResult
+from generator.docker.netcut import TABLE
 
 __all__ = ["per_second", "write_fault_report"]
 
@@ -46,8 +47,8 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"after another ({load.prompt_words}-word prompts, {load.max_tokens} tokens), "
         f"{load.duration_s:g} s, deadline {load.deadline_s:g} s per request.",
         f"Injected: {result.injected.strip() or '-'}"
-        + (f" (the signal step took {result.injected_in_s:.1f} s)" if result.injected_in_s else ""),
-        f"The service's last exit: {result.last_exit or '-'}",
+        + (f" (the step took {result.injected_in_s:.1f} s)" if result.injected_in_s else ""),
+        _ending(result),
         "",
         "| figure | value |",
         "|---|---|",
@@ -56,7 +57,7 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"| failed before their answer started | {s['failed_before_answer_started']} |",
         f"| longest request | {_seconds(s['longest_request_s'])} "
         f"(deadline {load.deadline_s:g} s) |",
-        f"| out of the proxy's rotation after | {_seconds(s['ejected_after_s'])} |",
+        f"| out of the router's rotation after | {_seconds(s['ejected_after_s'])} |",
         f"| last failed request ended after | {_seconds(s['last_failure_after_s'])} |",
         f"| service whole again after | {_seconds(s['recovered_after_s'])} |",
         f"| restarts | {s['restarts']} |",
@@ -111,3 +112,11 @@ def _plot(result: DrillResult, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _ending(result: DrillResult) -> str:
+    if result.link_restored is None:
+        return f"The service's last exit: {result.last_exit or '-'}"
+    if result.link_restored:
+        return "The link was restored on every host."
+    return f"The link cut could NOT be removed everywhere (nft table {TABLE}): see the run's log."

@@ -1,14 +1,18 @@
-"""`bench --fault ACTION:SERVICE@T[+D]`: what to do to which service, when, and for how long;
-and doing it, from inside the service's container (the supervisor's --signal mode,
-generator/supervise.py), so that the runtime sees a crash and not a stop it was asked for.
+"""`bench --fault ACTION:TARGET@T[+D]`: what to do to which service (or host), when, and for
+how long; and doing it. Signals come from inside the service's container (the supervisor's
+--signal mode, generator/supervise.py), so that the runtime sees a crash and not a stop it was
+asked for; a link cut from inside each host's network stack (generator/docker/netcut.py).
 
     kill:decode-0@10       SIGKILL to decode-0's command 10 s into the load (a crash)
     term:lmcache-decode-0@10   SIGTERM (vLLM and LMCache shut down cleanly, then exit 0)
     stop:prefill-0@10+15   SIGSTOP to the command and all its processes for 15 s, then SIGCONT
+    cut:host-a@10+15       host-a and every other host of the stack drop each other's packets
+                           for 15 s (multi-host stacks)
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -38,19 +42,33 @@ class FaultAction(StrEnum):
     KILL = "kill"
     TERM = "term"
     STOP = "stop"
+    CUT = "cut"
+
+    @property
+    def lasts(self) -> bool:
+        """Undone after +D seconds."""
+        return self in (FaultAction.STOP, FaultAction.CUT)
 
 
 @dataclass(frozen=True)
 class Fault:
     action: FaultAction
-    service: str
+    target: str  # a service; for a cut, a host
     at_s: float  # seconds after the load starts
-    for_s: float | None = None  # stop: how long it stays stopped
+    for_s: float | None = None  # stop, cut: how long it lasts
 
     @property
     def label(self) -> str:
         lasting = f"+{self.for_s:g}" if self.for_s is not None else ""
-        return f"{self.action.value}:{self.service}@{self.at_s:g}{lasting}"
+        return f"{self.action.value}:{self.target}@{self.at_s:g}{lasting}"
+
+    def watched(self, plan: Plan) -> list[str]:
+        """The services whose recovery the drill waits for: the one hit; for a cut, the
+        engines it separates from the router (those the router must eject and re-admit)."""
+        if self.action is not FaultAction.CUT:
+            return [self.target]
+        router_side = plan.router.host == self.target
+        return [e.name for e in plan.engines if (e.host == self.target) != router_side]
 
 
 def parse_fault(text: str, plan: Plan) -> Fault:
@@ -58,29 +76,65 @@ def parse_fault(text: str, plan: Plan) -> Fault:
     if match is None:
         raise FaultError(
             f"{text!r} is not ACTION:SERVICE@T[+D]",
-            fix="e.g. kill:decode-0@10, term:lmcache-decode-0@10 or stop:prefill-0@10+15",
+            fix="e.g. kill:decode-0@10, term:lmcache-decode-0@10, stop:prefill-0@10+15 or "
+            "cut:host-a@10+15",
         )
     try:
         action = FaultAction(match["action"])
     except ValueError:
         choices = ", ".join(a.value for a in FaultAction)
         raise FaultError(f"{match['action']!r} is not an action", fix=choices) from None
-    service, at_s = match["service"], float(match["at"])
-    services = _restarted_services(plan)
-    if service not in services:
-        raise FaultError(
-            f"{plan.stack} has no service {service!r} that a fault can hit",
-            fix=f"one of {', '.join(services)}",
-        )
+    target, at_s = match["service"], float(match["at"])
+    if action is FaultAction.CUT:
+        _check_cut(plan, target)
+    else:
+        services = _restarted_services(plan)
+        if target not in services:
+            raise FaultError(
+                f"{plan.stack} has no service {target!r} that a fault can hit",
+                fix=f"one of {', '.join(services)}",
+            )
     if at_s > _MAX_AT_S:
         raise FaultError(f"{at_s:g} s is too late", fix=f"at most {_MAX_AT_S:g} s")
     for_s = float(match["for"]) if match["for"] is not None else None
-    if (for_s is None) != (action is not FaultAction.STOP):
+    if (for_s is None) == action.lasts:
+        problem = f"{action.value} needs how long (+D)" if action.lasts else "only stop, cut last"
         raise FaultError(
-            "only stop lasts (+D)" if for_s is not None else "stop needs how long (+D)",
-            fix="kill:SERVICE@T, term:SERVICE@T, stop:SERVICE@T+D",
+            problem,
+            fix="kill:SERVICE@T, term:SERVICE@T, stop:SERVICE@T+D, cut:HOST@T+D",
         )
-    return Fault(action, service, at_s, for_s)
+    fault = Fault(action, target, at_s, for_s)
+    if action is FaultAction.CUT and not fault.watched(plan):
+        raise FaultError(
+            f"cutting {target} leaves every engine on the router's side",
+            fix="cut a host whose engines the router reaches across hosts",
+        )
+    return fault
+
+
+def _check_cut(plan: Plan, host: str) -> None:
+    running = [h for h in plan.hosts if h.services]
+    names = [h.name for h in running]
+    if len(running) < 2:
+        raise FaultError(
+            f"{plan.stack} runs on one host: a link cut needs two",
+            fix="cut:HOST@T+D is for multi-host stacks (hosts: with placement:)",
+        )
+    if host not in names:
+        raise FaultError(f"{plan.stack} has no host {host!r}", fix=f"one of {', '.join(names)}")
+    loopback = [h.name for h in running if _is_loopback(h.address)]
+    if loopback:
+        raise FaultError(
+            f"host {loopback[0]} has a loopback address: its hosts share one network stack",
+            fix="a link cut needs hosts with addresses of their own",
+        )
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
 
 
 def _restarted_services(plan: Plan) -> list[str]:

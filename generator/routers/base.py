@@ -85,10 +85,9 @@ class RouterUnit(Protocol):
         """How it names the prefill/decode pair it chose: in the response id, or headers."""
         ...
 
-    @property
-    def rotation_metric(self) -> str | None:
-        """The gauge on its /metrics that is 1 while an engine (label ``backend``) is in
-        rotation; None if it publishes none."""
+    def rotation_series(self, plan: Plan, engine: str) -> tuple[str, dict[str, str]]:
+        """The gauge on its metrics page (``metrics_page``) that is 1 while ``engine`` is in
+        rotation, and the labels that pick that engine's series."""
         ...
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]: ...

@@ -42,7 +42,6 @@ class Proxy:
     policies = tuple(POLICIES)  # the proxy's own registry: router.yaml reads the same
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
     stamp: Literal["response-id", "headers"] = "headers"
-    rotation_metric = "xpyd_proxy_backend_healthy"
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if topology_unit(spec.topology).router_protocol == "none":
@@ -96,6 +95,9 @@ class Proxy:
 
     def sticky_sessions(self, plan: Plan) -> bool:
         return plan.router.session_header is not None
+
+    def rotation_series(self, plan: Plan, engine: str) -> tuple[str, dict[str, str]]:
+        return "xpyd_proxy_backend_healthy", {"backend": engine}
 
 
 def _router(plan: Plan) -> ProxyRouterPlan:

@@ -63,7 +63,6 @@ class VllmRouter:
     )
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK)
     stamp: Literal["response-id", "headers"] = "response-id"
-    rotation_metric = None  # 0.1.17 publishes no per-worker health
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if topology_unit(spec.topology).router_protocol == "lmcache-pd":
@@ -118,6 +117,11 @@ class VllmRouter:
 
     def sticky_sessions(self, plan: Plan) -> bool:
         return False  # its sticky policies are not checked by the verdict
+
+    def rotation_series(self, plan: Plan, engine: str) -> tuple[str, dict[str, str]]:
+        # Its workers are the URLs it was given (command: --prefill/--decode/--worker-urls).
+        url = next(e.url for e in plan.engines if e.name == engine)
+        return "vllm_router_worker_health", {"worker": url}
 
 
 def _health_flags(plan: Plan) -> list[str]:

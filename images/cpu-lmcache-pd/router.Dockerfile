@@ -25,10 +25,11 @@ ARG VLLM_ROUTER_VERSION=0.1.17
 LABEL org.opencontainers.image.title="xpyd router" \
       org.xpyd.role="router" \
       org.xpyd.vllm-router="${VLLM_ROUTER_VERSION}"
+# nftables: a link cut's one-off on a host that runs only the router (generator/docker/netcut.py).
 # Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
 # vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 ca-certificates \
+ && apt-get install -y --no-install-recommends python3 ca-certificates nftables \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /opt/venv /opt/venv
 COPY generator /opt/xpyd/generator

@@ -18,6 +18,13 @@ LABEL org.opencontainers.image.title="xpyd engine base (gpu)" \
       org.xpyd.lmcache="${LMCACHE_VERSION}" \
       org.xpyd.nixl="${NIXL_VERSION}" \
       org.xpyd.cuda-major="${CUDA_MAJOR}"
+# nftables: `bench --fault cut:HOST@T+D` runs nft from a one-off of this image in the host's
+# network stack (generator/docker/netcut.py).
+# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
+# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nftables \
+ && rm -rf /var/lib/apt/lists/*
 # === BEGIN pip settings ===
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 

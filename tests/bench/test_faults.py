@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from generator.bench.drill import DrillResult, Sample, followers_back_of
+from generator.bench.drill import DrillResult, Sample, combined_sample, followers_back_of
 from generator.bench.fault_load import LoadSettings, Outcome
 from generator.bench.fault_report import per_second, write_fault_report
 from generator.bench.faults import Fault, FaultAction, FaultError, parse_fault
 from generator.plan import Plan
 from generator.planner import make_plan
+from generator.routers import router_of
 from generator.runtimes.base import ServiceState
 from generator.stack import load_spec
 from tests.conftest import ROOT
@@ -45,8 +46,9 @@ def test_faults_parse(plan: Plan, text: str, fault: Fault) -> None:
         ("kill decode-0", "is not ACTION:SERVICE@T[+D]"),
         ("crash:decode-0@1", "'crash' is not an action"),
         ("kill:decode-7@1", "has no service 'decode-7'"),
-        ("kill:decode-0@1+5", "only stop lasts"),
+        ("kill:decode-0@1+5", "only stop, cut last"),
         ("stop:decode-0@1", "stop needs how long"),
+        ("cut:host-a@1+5", "runs on one host: a link cut needs two"),
         ("kill:decode-0@99999", "too late"),
     ],
 )
@@ -55,6 +57,46 @@ def test_bad_faults_say_what_is_wrong(plan: Plan, text: str, says: str) -> None:
         parse_fault(text, plan)
     assert says in caught.value.message
     assert caught.value.hint
+
+
+@pytest.fixture(scope="module")
+def two_hosts() -> Plan:
+    return make_plan(load_spec(ROOT / "stacks" / "cpu-2host.yaml"))
+
+
+def test_a_link_cut_names_a_host_and_watches_what_it_separates_from_the_router(
+    two_hosts: Plan,
+) -> None:
+    # cpu-2host: prefill-0 on host-a; decode-0 and the router on host-b.
+    for host in ("host-a", "host-b"):  # either side of the cut: prefill-0 is across it
+        fault = parse_fault(f"cut:{host}@5+10", two_hosts)
+        assert fault == Fault(FaultAction.CUT, host, 5.0, 10.0)
+        assert fault.watched(two_hosts) == ["prefill-0"]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("cut:host-c@1+5", "has no host 'host-c'"),
+        ("cut:host-a@1", "cut needs how long"),
+        ("cut:prefill-0@1+5", "has no host 'prefill-0'"),
+    ],
+)
+def test_bad_cuts_say_what_is_wrong(two_hosts: Plan, text: str, says: str) -> None:
+    with pytest.raises(FaultError) as caught:
+        parse_fault(text, two_hosts)
+    assert says in caught.value.message
+
+
+def test_a_cut_between_hosts_of_one_network_stack_is_refused(two_hosts: Plan) -> None:
+    hosts = [
+        host.model_copy(update={"address": f"127.0.0.{index + 2}"})
+        for index, host in enumerate(two_hosts.hosts)
+    ]
+    rehearsal = two_hosts.model_copy(update={"hosts": tuple(hosts)})
+    with pytest.raises(FaultError) as caught:
+        parse_fault("cut:host-a@1+5", rehearsal)
+    assert "loopback address" in caught.value.message
 
 
 def _result(outcomes: list[Outcome], samples: list[Sample]) -> DrillResult:
@@ -152,3 +194,37 @@ def test_per_second_counts_by_end(tmp_path: Path) -> None:
     assert "| 10 | 0 | 2 |" in text
     assert (tmp_path / "fault.png").stat().st_size > 1000
     assert '"failed_before_answer_started": 1' in (tmp_path / "fault.json").read_text()
+
+
+def _state(service: str, status: str = "running", *, restarts: int = 0) -> ServiceState:
+    health = "healthy" if status == "running" else None
+    return ServiceState(service, service, status, health, None, (), restarts=restarts)
+
+
+def test_a_cut_is_looked_at_through_all_its_engines_at_once() -> None:
+    services = ["prefill-0", "prefill-1"]
+    followers: dict[str, list[str]] = {name: [] for name in services}
+    both = {"prefill-0": _state("prefill-0"), "prefill-1": _state("prefill-1", restarts=1)}
+    whole = combined_sample(3.0, both, services, True, followers)
+    assert (whole.status, whole.health, whole.restarts) == ("running", "healthy", 1)
+    assert whole.followers_back is None  # nothing registered with them
+    one_down = both | {"prefill-1": _state("prefill-1", "restarting", restarts=2)}
+    assert combined_sample(4.0, one_down, services, False, followers).status == "restarting"
+    half = {"prefill-0": both["prefill-0"]}
+    assert combined_sample(5.0, half, services, None, followers).status == "missing"
+
+
+def test_each_router_names_the_series_of_an_engine_in_rotation(two_hosts: Plan) -> None:
+    vllm_router = router_of(two_hosts)
+    prefill = next(e for e in two_hosts.engines if e.name == "prefill-0")
+    metric, labels = vllm_router.rotation_series(two_hosts, "prefill-0")
+    # The names of a live router's page (recorded: tests/probes/recorded/cpu-p2p/router.txt).
+    page = (ROOT / "tests" / "probes" / "recorded" / "cpu-p2p" / "router.txt").read_text()
+    assert f"# TYPE {metric} gauge" in page
+    assert labels == {"worker": prefill.url}
+    assert prefill.url.startswith(f"http://{prefill.address}:")
+    proxy_plan = make_plan(load_spec(ROOT / "stacks" / "cpu-faults.yaml"))
+    assert router_of(proxy_plan).rotation_series(proxy_plan, "decode-1") == (
+        "xpyd_proxy_backend_healthy",
+        {"backend": "decode-1"},
+    )

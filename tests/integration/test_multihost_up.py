@@ -4,7 +4,8 @@ context. The prefiller and its LMCache server run on hosta, the decoder, its LMC
 and vllm-router on hostb; KV crosses the "hosts" over NIXL. Images are built on this
 machine's engine and shipped to each host's engine (no registry). Observed and with LMCache P2P
 on: the coordinator and Prometheus run on hosta; Prometheus scrapes both hosts, and the
-decoder's LMCache server loads a prefix from the prefiller's across the hosts."""
+decoder's LMCache server loads a prefix from the prefiller's across the hosts. Then a link cut
+between the hosts, under load, and the stack serving again after it."""
 
 from __future__ import annotations
 
@@ -148,8 +149,58 @@ def test_prometheus_on_one_host_scrapes_both(
     assert "error" not in answers
 
 
+CUT_AT_S, CUT_FOR_S, LOAD_S, DEADLINE_S = 8, 10, 30, 30
+
+
+@pytest.fixture(scope="module")
+def link_cut(netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]) -> dict[str, Any]:
+    """`bench --fault cut:host-a@T+D` on the running stack (the drill's `up` adopts it): the
+    two namespaces drop each other's packets for D s while load runs through vllm-router."""
+    run_id = f"{RUN_ID}-cut"
+    fault = f"cut:host-a@{CUT_AT_S}+{CUT_FOR_S}"
+    flags = [*host_flags(netns_hosts.a, netns_hosts.b), *FEATURES, "--run-id", run_id]
+    flags += ["--fault-duration-s", str(LOAD_S), "--fault-deadline-s", str(DEADLINE_S)]
+    result = cli("bench", STACK, "--fault", fault, *flags, root=root)
+    print(result.stdout[-4000:], result.stderr[-4000:])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record: dict[str, Any] = json.loads((root / "runs" / run_id / "fault.json").read_text())
+    return record
+
+
+def test_a_link_cut_is_made_on_both_hosts_and_undone(
+    netns_hosts: NetnsHosts, link_cut: dict[str, Any]
+) -> None:
+    assert f"host-a drops packets from {netns_hosts.b.address}" in link_cut["injected"]
+    assert f"host-b drops packets from {netns_hosts.a.address}" in link_cut["injected"]
+    assert link_cut["link_restored"] is True
+    for host in (netns_hosts.a, netns_hosts.b):  # nothing of the cut is left in either
+        tables = host.in_netns("nft", "list", "tables")
+        listed = subprocess.run(tables, check=False, capture_output=True)
+        rules = listed.stdout.decode()
+        assert "xpyd_link_cut" not in rules, (host.name, rules)
+
+
+def test_the_router_ejects_the_cut_prefiller_and_takes_it_back(link_cut: dict[str, Any]) -> None:
+    summary = link_cut["summary"]
+    # vllm-router: checks every 2 s, 2 s timeout, 2 failures: out within ~8 s (plus a look).
+    assert summary["ejected_after_s"] is not None, link_cut["samples"]
+    assert summary["ejected_after_s"] < 10
+    assert summary["recovered_after_s"] is not None, link_cut["samples"]
+    assert summary["recovered_after_s"] >= CUT_FOR_S  # not before the link was back
+    assert summary["longest_request_s"] < DEADLINE_S
+    late = [o for o in link_cut["outcomes"] if o["start_s"] > CUT_AT_S + CUT_FOR_S + 10]
+    assert late
+    assert all(o["ok"] for o in late), late
+
+
+def test_kv_crosses_the_hosts_again_after_the_cut(link_cut: dict[str, Any]) -> None:
+    assert link_cut["verdict_after"] is True
+    rows = {row["check"]: row for row in link_cut["verdict_after_rows"]}
+    assert float(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 0
+
+
 def test_status_logs_and_down_act_on_every_host(
-    netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]
+    netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any], link_cut: dict[str, Any]
 ) -> None:
     status = cli("status", STACK, root=root)
     assert status.returncode == 0, status.stderr
@@ -157,7 +208,8 @@ def test_status_logs_and_down_act_on_every_host(
     assert "xpyd-cpu-2host-host-b (host host-b)" in status.stdout
     logs = cli("logs", STACK, "prefill-0", "--tail", "200", root=root)
     assert logs.returncode == 0, logs.stderr
-    assert "Application startup complete" in logs.stdout
+    # host-a's engine, as vllm-router on host-b checks it (its start may be out of the tail)
+    assert '"GET /health HTTP/1.1" 200' in logs.stdout
     one_host = cli("status", STACK, "--host", "host-b", root=root)
     assert "host-a" not in one_host.stdout
     assert "router" in one_host.stdout
