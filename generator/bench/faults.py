@@ -75,7 +75,7 @@ def parse_fault(text: str, plan: Plan) -> Fault:
     match = _FAULT.fullmatch(text.strip())
     if match is None:
         raise FaultError(
-            f"{text!r} is not ACTION:SERVICE@T[+D]",
+            f"{text!r} is not ACTION:TARGET@T[+D]",
             fix="e.g. kill:decode-0@10, term:lmcache-decode-0@10, stop:prefill-0@10+15 or "
             "cut:host-a@10+15",
         )

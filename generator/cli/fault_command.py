@@ -1,4 +1,4 @@
-"""`bench STACK --fault ACTION:SERVICE@T[+D]`: a fault drill instead of load points."""
+"""`bench STACK --fault ACTION:TARGET@T[+D]`: a fault drill instead of load points."""
 
 from __future__ import annotations
 

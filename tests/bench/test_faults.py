@@ -43,7 +43,7 @@ def test_faults_parse(plan: Plan, text: str, fault: Fault) -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("kill decode-0", "is not ACTION:SERVICE@T[+D]"),
+        ("kill decode-0", "is not ACTION:TARGET@T[+D]"),
         ("crash:decode-0@1", "'crash' is not an action"),
         ("kill:decode-7@1", "has no service 'decode-7'"),
         ("kill:decode-0@1+5", "only stop, cut last"),
