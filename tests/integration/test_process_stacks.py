@@ -143,7 +143,9 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: lis
     assert result.returncode == 1
     assert "decode-0 exited (code 2) while we waited for it" in result.stderr
     assert "--no-such-vllm-flag" in result.stderr  # vLLM's own complaint, from its log
-    assert elapsed < 120  # not the 300 s health deadline
+    # Not the 300 s health deadline: up sees the exit once the supervisor's 5 restarts are
+    # used up, 6 starts that each import vLLM first (147 s once on 2 busy cores).
+    assert elapsed < 240
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure
 
 
