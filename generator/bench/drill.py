@@ -41,6 +41,7 @@ __all__ = ["DrillResult", "Sample", "combined_sample", "followers_back_of", "run
 
 _WATCH_EVERY_S = 1.0
 _RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --wait-scale)
+_RESTORING = threading.Lock()  # the injector and an interrupted drill may both end a cut
 
 
 @dataclass(frozen=True)
@@ -220,9 +221,6 @@ def _restore(context: RunContext, result: DrillResult) -> None:
         result.link_restored = not failed
     if failed:
         context.progress(f"the link cut is still in place: {failed}", EventLevel.FAILED)
-
-
-_RESTORING = threading.Lock()
 
 
 def _watch(

@@ -20,12 +20,13 @@ from enum import StrEnum
 from generator.errors import XpydError
 from generator.plan import Plan
 from generator.runtimes import ServiceRuntime
+from generator.spec.identity import machine_address
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 
 __all__ = ["Fault", "FaultAction", "FaultError", "parse_fault", "signal_service"]
 
 _FAULT = re.compile(
-    r"(?P<action>[a-z]+):(?P<service>[a-z0-9][a-z0-9-]{0,62})@(?P<at>[0-9]{1,5}(?:\.[0-9]{1,3})?)"
+    r"(?P<action>[a-z]+):(?P<target>[a-z0-9][a-z0-9-]{0,62})@(?P<at>[0-9]{1,5}(?:\.[0-9]{1,3})?)"
     r"(?:\+(?P<for>[0-9]{1,5}(?:\.[0-9]{1,3})?))?"
 )
 _MAX_AT_S = 3600.0
@@ -84,7 +85,7 @@ def parse_fault(text: str, plan: Plan) -> Fault:
     except ValueError:
         choices = ", ".join(a.value for a in FaultAction)
         raise FaultError(f"{match['action']!r} is not an action", fix=choices) from None
-    target, at_s = match["service"], float(match["at"])
+    target, at_s = match["target"], float(match["at"])
     if action is FaultAction.CUT:
         _check_cut(plan, target)
     else:
@@ -131,10 +132,10 @@ def _check_cut(plan: Plan, host: str) -> None:
 
 
 def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
+    try:  # machine_address: `localhost` and its subdomains are 127.0.0.1
+        return ipaddress.ip_address(machine_address(address)).is_loopback
     except ValueError:
-        return address == "localhost"
+        return False  # a host name: its own machine, as far as the spec says
 
 
 def _restarted_services(plan: Plan) -> list[str]:

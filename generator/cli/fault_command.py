@@ -49,6 +49,11 @@ def run_fault_bench(
             f"the fault at {fault.at_s:g} s comes after the load ends ({duration_s:g} s)",
             param_hint="--fault-duration-s",
         )
+    if fault.for_s is not None and fault.at_s + fault.for_s > duration_s:
+        raise typer.BadParameter(
+            f"{fault.label} lasts past the load's end ({duration_s:g} s)",
+            param_hint="--fault-duration-s",
+        )
     require_docker()
     session = plan.router.session_header
     load = LoadSettings(

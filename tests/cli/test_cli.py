@@ -118,3 +118,19 @@ def test_doctor_checks_what_the_process_runtime_needs_and_no_docker() -> None:
     tools = rows["process runtime (isolation: plain)"]
     assert (tools["expected"], tools["verdict"]) == ("taskset", "PASS")  # the engines pin cores
     assert "disk for environments and model cache" in rows
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("kill:decode-0@40", "comes after the load ends (30 s)"),
+        ("stop:decode-0@10+60", "lasts past the load's end (30 s)"),
+        ("cut:host-a@5+10", "runs on one host: a link cut needs two"),
+    ],
+)
+def test_a_fault_the_drill_cannot_finish_is_refused_before_anything_starts(
+    fault: str, says: str
+) -> None:
+    result = run("bench", "cpu-faults", "--fault", fault, "--fault-duration-s", "30")
+    assert result.returncode == 2
+    assert says in " ".join(result.stderr.split())

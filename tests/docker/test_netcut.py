@@ -50,5 +50,4 @@ def test_restoring_leaves_nothing_and_can_be_repeated() -> None:
 
 def test_addresses_are_matched_as_ips() -> None:
     assert resolved("10.231.0.3") == ["10.231.0.3"]
-    assert resolved("localhost") == sorted(set(resolved("localhost")))
     assert "127.0.0.1" in resolved("localhost")
