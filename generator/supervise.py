@@ -3,6 +3,7 @@
     python3 /opt/xpyd/supervise.py SERVICE -- COMMAND...
     python3 generator/supervise.py --restarts N SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --needs-registered URL SERVICE -- COMMAND...
+    python3 /opt/xpyd/supervise.py --restarts-with URL [--restarts-with URL] SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
@@ -24,6 +25,12 @@ once, at start, so a server that restarted answers without it (``registered_gpu_
 engine was seen registered, two such answers in a row make the supervisor end the command as
 a crash (exit 1, with a line saying why), and the runtime's policy starts it again.
 
+With ``--restarts-with URL`` (an lmcache-pd prefiller: each decoder's /metrics) it watches a
+peer's process: a sender keeps its connection to each decoder it met and never makes a new
+one, so after that decoder restarts every send to it fails. When a peer's
+``process_start_time_seconds`` moves past the one first seen, the command is ended as a crash
+and starts again with fresh connections.
+
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`): it signals the supervised command (``--tree``: and every process under it, so that a
 stopped engine stops whole), never the supervisor, so the runtime sees a crash and not a stop
@@ -36,6 +43,7 @@ the process runtime's Pythons.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -45,10 +53,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
-__all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "last_said", "main"]
+__all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "last_said", "main", "watch_options"]
 
 LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
@@ -61,6 +71,7 @@ _FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
 _WATCH_EVERY_S = float(os.environ.get("XPYD_WATCH_EVERY_S", "5"))
 _WATCH_MISSES = 2
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
+_SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
 
 
 def last_said(log: str) -> str | None:
@@ -131,32 +142,46 @@ def send(signame: str, service: str, *, tree: bool) -> int:
     return 0
 
 
+def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> list[str]:
+    """A service's watches as this supervisor's options (both runtimes pass them)."""
+    registration = ["--needs-registered", registered_at] if registered_at else []
+    return registration + [part for url in restarts_with for part in ("--restarts-with", url)]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--signal"] and len(argv) in (3, 4):
         return send(argv[1], argv[2], tree=argv[3:] == ["--tree"])
-    restarts, watch = 0, None
-    while argv[:1] in (["--restarts"], ["--needs-registered"]) and len(argv) > 1:
-        if argv[0] == "--restarts" and argv[1].isdigit():
-            restarts = int(argv[1])
-        elif argv[0] == "--needs-registered":
-            watch = argv[1]
-        else:
+    restarts, watches = 0, list[Callable[[], _Watch]]()
+    while argv[:1] in (["--restarts"], ["--needs-registered"], ["--restarts-with"]):
+        if len(argv) < 2 or (argv[0] == "--restarts" and not argv[1].isdigit()):
             break
-        argv = argv[2:]
+        option, value, argv = argv[0], argv[1], argv[2:]
+        if option == "--restarts":
+            restarts = int(value)
+        elif option == "--needs-registered":
+            watches.append(functools.partial(_Registration, value))
+        else:
+            watches.append(functools.partial(_PeerStart, value))
     if len(argv) < 3 or argv[1] != "--":
         print(
-            "usage: supervise.py [--restarts N] [--needs-registered URL] SERVICE -- COMMAND...",
+            "usage: supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]..."
+            " SERVICE -- COMMAND...",
             file=sys.stderr,
         )
         return 2
-    return _Supervisor(argv[0], argv[2:], restarts, watch).run()
+    return _Supervisor(argv[0], argv[2:], restarts, watches).run()
 
 
 class _Supervisor:
     def __init__(
-        self, service: str, command: list[str], restarts: int, watch: str | None = None
+        self,
+        service: str,
+        command: list[str],
+        restarts: int,
+        watches: Sequence[Callable[[], _Watch]] = (),
     ) -> None:
-        self.service, self.command, self.restarts, self.watch = service, command, restarts, watch
+        self.service, self.command, self.restarts = service, command, restarts
+        self.watches = watches  # fresh ones for each run of the command
         self.asked: list[int] = []
         self.child: subprocess.Popen[bytes] | None = None
 
@@ -201,28 +226,26 @@ class _Supervisor:
             child.send_signal(self.asked[-1])
         pid_file(self.service).write_text(str(child.pid), encoding="ascii")
         done = threading.Event()
-        if self.watch is not None:
-            watcher = threading.Thread(target=self._watch, args=(child, done), daemon=True)
+        if self.watches:
+            watches = [new() for new in self.watches]
+            watcher = threading.Thread(target=self._watch, args=(child, done, watches))
+            watcher.daemon = True
             watcher.start()
         returncode = child.wait()
         done.set()
         self.child = None
         return returncode
 
-    def _watch(self, child: subprocess.Popen[bytes], done: threading.Event) -> None:
-        """Ends ``child`` once its KV store answers twice without it registered, after it
-        was seen registered (a store that does not answer may be restarting: wait)."""
-        assert self.watch is not None
-        seen, misses = False, 0
+    def _watch(
+        self, child: subprocess.Popen[bytes], done: threading.Event, watches: list[_Watch]
+    ) -> None:
+        """Ends ``child`` as a crash once a watch says why it must start again."""
         while not done.wait(_WATCH_EVERY_S):
-            registered = registered_at(self.watch)
-            if registered is None:
+            if (reason := next(filter(None, (watch.look() for watch in watches)), None)) is None:
                 continue
-            seen, misses = (True, 0) if registered else (seen, misses + int(seen))
-            if misses >= _WATCH_MISSES:
-                self._say(f"lost its registration at {self.watch} (the store restarted): ending it")
-                _end(child)
-                return
+            self._say(f"{reason}: ending it")
+            _end(child)
+            return
 
     def _sleep(self, seconds: float) -> bool:
         """False when asked to stop meanwhile."""
@@ -241,6 +264,67 @@ def registered_at(url: str) -> bool | None:
         return None
     keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")
     return any(status.get(key) for key in keys) if isinstance(status, dict) else None
+
+
+class _Watch(Protocol):
+    def look(self) -> str | None:
+        """Why the command must start again (None: no reason yet)."""
+        ...
+
+
+class _Registration:
+    """Two answers in a row without the engine registered, after it was seen registered (a
+    store that does not answer may be restarting: wait)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.seen, self.misses = url, False, 0
+
+    def look(self) -> str | None:
+        registered = registered_at(self.url)
+        if registered is not None:
+            self.seen, self.misses = (
+                (True, 0) if registered else (self.seen, self.misses + self.seen)
+            )
+        if self.misses < _WATCH_MISSES:
+            return None
+        return f"lost its registration at {self.url} (the store restarted)"
+
+
+class _PeerStart:
+    """The peer's process started after the one first seen (a peer that does not answer may be
+    restarting: wait for its new start)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.first: float | None = None
+
+    def look(self) -> str | None:
+        started = started_at(self.url)
+        if started is None:
+            return None
+        if self.first is None:
+            self.first = started
+        if started <= self.first + _SAME_START_S:
+            return None
+        return f"saw its peer at {self.url} restart (what it keeps of that peer is stale)"
+
+
+def started_at(url: str) -> float | None:
+    """``process_start_time_seconds`` of the Prometheus page at ``url`` (None: no answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return start_time(answer.read(_STATUS_MAX_BYTES).decode("utf-8", "replace"))
+    except OSError:
+        return None
+
+
+def start_time(page: str) -> float | None:
+    for line in page.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "process_start_time_seconds":
+            with contextlib.suppress(ValueError, IndexError):
+                return float(value.split()[0])
+    return None
 
 
 def _end(child: subprocess.Popen[bytes]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.supervise import SOURCE, exit_code, pid_file
+from generator.supervise import SOURCE, exit_code, pid_file, start_time, watch_options
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERVISE = [sys.executable, str(ROOT / SOURCE), "decode-0", "--"]
@@ -254,3 +254,112 @@ def test_an_engine_never_registered_is_left_alone() -> None:
         process.terminate()
         process.communicate(timeout=30)
         store.close()
+
+
+class _Peer:
+    """A stand-in for a decoder's Prometheus page (only the line the watch reads): the real
+    decoder's restart is in the lmcache-pd fault test (tests/integration)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.started: float | None = 1.79e9  # None: does not answer
+        peer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if peer.started is None:
+                    self.send_error(503)
+                    return
+                body = (
+                    "# TYPE process_start_time_seconds gauge\n"
+                    f"process_start_time_seconds {peer.started:.11e}\n"
+                    'vllm:num_requests_running{model_name="m"} 0.0\n'
+                )
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *_: object) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _watching(*urls: str) -> subprocess.Popen[str]:
+    options = [part for url in urls for part in ("--restarts-with", url)]
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), *options, "watching", "--", "sleep", "600"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_a_service_whose_peer_restarted_is_ended_as_a_crash() -> None:
+    quiet, restarting = _Peer(), _Peer()
+    process = _watching(quiet.url, restarting.url)
+    try:
+        time.sleep(1.0)  # both seen
+        restarting.started = None  # down: no answer is no reason
+        time.sleep(1.0)
+        assert process.poll() is None
+        restarting.started = 1.79e9 + 0.5  # the same start, as the page rounds it
+        time.sleep(1.0)
+        assert process.poll() is None
+        restarting.started = 1.79e9 + 95  # a new process
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        quiet.close()
+        restarting.close()
+    assert process.returncode in (1, 128 + signal.SIGTERM)  # a crash: the policy restarts it
+    assert f"watching saw its peer at {restarting.url} restart" in stderr
+    assert quiet.url not in stderr
+
+
+def test_a_peer_first_seen_late_sets_the_start_it_is_held_to() -> None:
+    """A peer that comes up after the service (a stack starting) is no restart."""
+    peer = _Peer()
+    peer.started = None
+    process = _watching(peer.url)
+    try:
+        time.sleep(0.6)
+        peer.started = 1.79e9 + 300
+        time.sleep(1.2)
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+        peer.close()
+
+
+@pytest.mark.parametrize(
+    ("page", "started"),
+    [
+        ("process_start_time_seconds 1.79619109987e+09\n", 1.79619109987e9),
+        ("# HELP process_start_time_seconds Start time\nprocess_start_time_seconds 12.5", 12.5),
+        ("process_start_time_seconds_total 3\n", None),
+        ("process_start_time_seconds nope\n", None),
+        ("", None),
+    ],
+)
+def test_the_start_time_is_read_from_the_page(page: str, started: float | None) -> None:
+    assert start_time(page) == started
+
+
+def test_the_watch_options_are_what_the_supervisor_parses() -> None:
+    options = watch_options("http://s:1/status", ["http://d0:2/metrics", "http://d1:3/metrics"])
+    assert options == [
+        "--needs-registered", "http://s:1/status",
+        "--restarts-with", "http://d0:2/metrics",
+        "--restarts-with", "http://d1:3/metrics",
+    ]  # fmt: skip
+    assert watch_options(None, []) == []

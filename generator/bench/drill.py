@@ -230,9 +230,10 @@ def _watch(
     stop: threading.Event,
     out: list[Sample],
 ) -> None:
-    runtimes = {id(r): r for r in (context.host_of(s).runtime for s in services)}
-    in_rotation = _rotation_reader(context.plan, services)
     followers = {s: _followers(context, s) for s in services}
+    looked_at = {*services, *(f for names in followers.values() for f in names)}
+    runtimes = {id(r): r for r in (context.host_of(s).runtime for s in looked_at)}
+    in_rotation = _rotation_reader(context.plan, services)
     while not stop.is_set():
         looked = time.monotonic()
         states: dict[str, ServiceState] = {}
@@ -265,14 +266,17 @@ def combined_sample(
 
 
 def _followers(context: RunContext, service: str) -> list[str]:
-    """The services that registered with ``service`` at their start and are restarted when it
-    loses them (Service.registered_at: a nixl-mp engine and its LMCache server)."""
-    services = context.host_of(service).project.host_services
-    return [
-        s.name
-        for s in services.services
-        if s.registered_at and service in {d.service for d in s.depends_on}
-    ]
+    """The services whose supervisors restart them after ``service`` restarts: those that
+    registered with it at their start (Service.registered_at: a nixl-mp engine and its LMCache
+    server) and those that watch its process (Service.restarts_with: an lmcache-pd prefiller
+    and its decoders, on any host)."""
+    followers: list[str] = []
+    for host in context.hosts.values():
+        for s in host.project.host_services.services:
+            registered = s.registered_at and service in {d.service for d in s.depends_on}
+            if registered or service in {peer.service for peer in s.restarts_with}:
+                followers.append(s.name)
+    return followers
 
 
 def followers_back_of(

@@ -50,7 +50,7 @@ from generator.serializers.process import (
 from generator.services.model import Secret
 from generator.spec import Isolation
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
-from generator.supervise import last_said
+from generator.supervise import last_said, watch_options
 
 __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
 
@@ -152,7 +152,7 @@ class ProcessStack:
         if service.max_restarts:
             # No runtime policy restarts a process: its supervisor does, and says so in its log.
             supervisor = [*self._executable(service, "python3"), SUPERVISOR]
-            watch = ["--needs-registered", service.registered_at] if service.registered_at else []
+            watch = watch_options(service.registered_at, service.restarts_with)
             policy = ["--restarts", str(service.max_restarts), *watch]
             argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv
@@ -237,8 +237,10 @@ class ProcessStack:
         return int(text) if text.isdigit() else 0
 
     def _last_exit(self, name: str) -> str | None:
-        """The supervisor's last line in the service's log, as `status` shows it."""
-        return last_said(self.logs(name, tail=200))
+        """The supervisor's last line in the service's log, as `status` shows it, skipping its
+        own "restarting" lines: why it stopped is the line before."""
+        lines = self.logs(name, tail=200).splitlines()
+        return last_said("\n".join(line for line in lines if f"{name} restarting (" not in line))
 
     def _health_of(self, name: str) -> str | None:
         service = self._plan.service(name)

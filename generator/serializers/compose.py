@@ -28,6 +28,7 @@ from generator.services.model import (
 )
 from generator.spec import GpuAccess
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
+from generator.supervise import watch_options
 
 __all__ = [
     "ComposeProject",
@@ -147,7 +148,8 @@ def _command(service: Service) -> list[str]:
     as a failure: Docker's bounded policy (on-failure:N) restarts only those."""
     if not service.max_restarts:
         return list(service.command)
-    watch = ["--needs-registered", service.registered_at] if service.registered_at else []
+    peers = [peer.metrics_url for peer in service.restarts_with]
+    watch = watch_options(service.registered_at, peers)
     return ["python3", SUPERVISOR_IN_IMAGE, *watch, service.name, "--", *service.command]
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "Mount",
     "NamedVolume",
     "NetworkMode",
+    "PeerWatch",
     "PublishedPort",
     "Secret",
     "Service",
@@ -120,6 +121,15 @@ class Dependency:
 
 
 @dataclass(frozen=True)
+class PeerWatch:
+    """A peer whose process this service keeps state about: when the peer's Prometheus page
+    gives a newer ``process_start_time_seconds``, that state is stale."""
+
+    service: str
+    metrics_url: str  # reachable from the service's own network
+
+
+@dataclass(frozen=True)
 class NamedVolume:
     volume: str  # a ``Volume.key`` of the host
     target: str
@@ -187,6 +197,9 @@ class Service:
     # Its KV store's status page (Topology.registration_url): its supervisor restarts it when
     # the store answers without it registered (the store restarted). Supervised services only.
     registered_at: str | None = None
+    # Peers whose restart leaves it talking to a process that is gone (Topology.stale_after):
+    # its supervisor restarts it when one of them restarts. Supervised services only.
+    restarts_with: tuple[PeerWatch, ...] = ()
     stop_grace_s: int = 30
     logging: LogPolicy = LogPolicy()
 

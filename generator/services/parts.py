@@ -43,6 +43,7 @@ from generator.services.model import (
     Mount,
     NamedVolume,
     NetworkMode,
+    PeerWatch,
     PublishedPort,
     Service,
     TmpfsMount,
@@ -104,8 +105,23 @@ def engine_service(
         service,
         health=health,
         registered_at=topology.registration_url(plan, engine),
+        restarts_with=_peer_watches(plan, engine.name),
         depends_on=_healthy(sidecars),
         max_restarts=plan.recovery.max_restarts,
+    )
+
+
+def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
+    """The engines whose restart leaves ``name`` talking to a process that is gone (the
+    topology's ``stale_after``: an lmcache-pd prefiller's decoders). Peers that go stale on
+    each other (P2P servers) are left to `up`: watching each other they would restart each
+    other in turn."""
+    stale = topology_of(plan).stale_after(plan)
+    engines = {engine.name: engine for engine in plan.engines}
+    return tuple(
+        PeerWatch(peer, f"{engines[peer].url}/metrics")
+        for peer in stale.get(name, ())
+        if peer in engines and name not in stale.get(peer, ())
     )
 
 

@@ -204,9 +204,10 @@ def test_crashing_service_fails_fast_with_its_log(
     elapsed = time.monotonic() - started
     try:
         assert result.returncode == 1, result.stderr[-3000:]
-        assert "decode-0 exited (code" in result.stderr
+        # Its first restart ends the wait (a crash while starting comes back).
+        assert "decode-0 was restarted by its policy (decode-0 exited with" in result.stderr
         assert "/opt/xpyd/models/missing" in result.stderr  # the log tail names the cause
-        assert elapsed < 240, f"took {elapsed:.0f} s: the wait should end when the container exits"
+        assert elapsed < 150, f"took {elapsed:.0f} s: the wait should end when the engine exits"
         # Isolation: the crash stack's containers are its own; the first stack is untouched.
         crash = project_states(root, "cpu-crash", "xpyd-cpu-crash")
         assert crash

@@ -141,11 +141,12 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: lis
     result = cli("up", "cpu-1p1d", *pythons, *broken, "--run-id", f"{RUN}-dies", root=copy)
     elapsed = time.monotonic() - started
     assert result.returncode == 1
-    assert "decode-0 exited (code 2) while we waited for it" in result.stderr
+    said = "decode-0 was restarted by its policy (decode-0 exited with 2) while we waited for it"
+    assert said in result.stderr
     assert "--no-such-vllm-flag" in result.stderr  # vLLM's own complaint, from its log
-    # Not the 300 s health deadline: up sees the exit once the supervisor's 5 restarts are
-    # used up, 6 starts that each import vLLM first (147 s once on 2 busy cores).
-    assert elapsed < 240
+    # Not the 300 s health deadline, nor the 5 restarts' 6 starts (147 s once on 2 busy
+    # cores): its first restart ends the wait.
+    assert elapsed < 120
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure
 
 
@@ -160,7 +161,7 @@ def test_bench_down_removes_an_arm_that_never_came_up(copy: Path, pythons: list[
         root=copy,
     )  # fmt: skip
     assert result.returncode == 1, result.stdout[-2000:]
-    assert "exited (code 2)" in result.stderr
+    assert "exited with 2) while we waited for it" in result.stderr  # its first restart
     assert "--no-such-lmcache-flag" in result.stderr  # LMCache's own complaint, from its log
     assert "did not come up, removing it" in result.stdout + result.stderr
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # the other LMCache server too

@@ -70,7 +70,7 @@ def command_of(service: dict[str, Any]) -> list[str]:
     assert supervised == (service["restart"] != "no"), command
     if not supervised:
         return command
-    # [--needs-registered URL] SERVICE -- COMMAND...
+    # [--needs-registered URL] [--restarts-with URL]... SERVICE -- COMMAND...
     return command[command.index("--") + 1 :]
 
 
@@ -256,3 +256,36 @@ def test_nixl_mp_engines_are_watched_for_their_lmcache_server_s_restart(
         assert command.index("--needs-registered") < command.index(engine)
     for name, service in compose(workspace, "cpu-lmcache-pd")["services"].items():
         assert "--needs-registered" not in service.get("command", []), name
+
+
+def _peers_watched(command: list[str]) -> list[str]:
+    return [command[i + 1] for i, part in enumerate(command) if part == "--restarts-with"]
+
+
+def test_lmcache_pd_prefillers_are_watched_for_their_decoders_restarts(
+    workspace: Workspace,
+) -> None:
+    """A sender never reconnects to a decoder that restarted: each prefiller's supervisor
+    watches every decoder's process (its /metrics, at the address the router uses)."""
+    services = compose(workspace, "xpyd")["services"]
+    decoders = [f"http://127.0.0.1:{port}/metrics" for port in (7200, 7201)]
+    for name in ("prefill-0", "prefill-1"):
+        assert _peers_watched(services[name]["command"]) == decoders
+        command = services[name]["command"]
+        assert command.index("--restarts-with") < command.index(name) < command.index("--")
+    for name in ("decode-0", "decode-1", "router"):
+        assert _peers_watched(services[name].get("command", [])) == [], name
+    bridged = compose(workspace, "cpu-lmcache-pd")["services"]
+    decode_port = command_of(bridged["decode-0"])[
+        command_of(bridged["decode-0"]).index("--port") + 1
+    ]
+    assert _peers_watched(bridged["prefill-0"]["command"]) == [
+        f"http://decode-0:{decode_port}/metrics"
+    ]
+
+
+def test_peers_that_go_stale_on_each_other_are_not_watched(workspace: Workspace) -> None:
+    """P2P servers are stale after each other's restarts: watching each other they would
+    restart each other in turn, so `up` restarts them together instead."""
+    for name, service in compose(workspace, "cpu-p2p")["services"].items():
+        assert _peers_watched(service.get("command", [])) == [], name

@@ -115,23 +115,35 @@ def _state_of(stack: HostStack, service: str, *, max_age_s: float) -> ServiceSta
 
 
 def _alive(context: RunContext, service: str) -> Callable[[], None]:
+    """A check to call while waiting for ``service``: it raises once the service exited, or
+    exited and was restarted by its policy (a service that crashes while it starts crashes
+    again: waiting out every restart only delays the same error)."""
     stack = context.host_of(service)
     where = f" (host {stack.name})" if context.plan.is_multi_host else ""
+    first_restarts: list[int] = []  # its count at the first look: a stack left running has some
+
+    def restarted(state: ServiceState | None) -> bool:
+        return state is not None and bool(first_restarts) and state.restarts > first_restarts[0]
 
     def assert_alive() -> None:
         context.raise_if_cancelled()
         state = _state_of(stack, service, max_age_s=_ALIVE_EVERY_S)
-        if state is None or state.exited:
+        if state is None or state.exited or restarted(state):
             state = _state_of(stack, service, max_age_s=0.0)  # bad news is confirmed fresh
-        if state is None or state.exited:
-            code = state.exit_code if state else None
-            tail = stack.runtime.logs(service, tail=_LOG_TAIL)
-            raise StackError(
-                f"{service}{where} exited (code {code}) while we waited for it; "
-                f"last log lines:\n{tail}",
-                hint=f"fix the cause (stack kept; python -m generator logs "
-                f"{context.plan.stack} {service})",
-            )
+        if state is not None and not first_restarts:
+            first_restarts.append(state.restarts)
+        if state is not None and not state.exited and not restarted(state):
+            return
+        if state is not None and not state.exited:
+            how = f"was restarted by its policy ({state.last_exit or 'it exited'})"
+        else:
+            how = f"exited (code {state.exit_code if state else None})"
+        tail = stack.runtime.logs(service, tail=_LOG_TAIL)
+        raise StackError(
+            f"{service}{where} {how} while we waited for it; last log lines:\n{tail}",
+            hint=f"fix the cause (stack kept; python -m generator logs "
+            f"{context.plan.stack} {service})",
+        )
 
     return assert_alive
 
@@ -144,9 +156,10 @@ def wait_healthy(host: str, names: list[str]) -> Callable[[RunContext], str]:
         deadline_s = SIDECAR_DEADLINE_S * context.options.wait_scale
         started = time.monotonic()
         pending = set(names)
+        alive = {name: _alive(context, name) for name in names}
         while pending:
             for name in sorted(pending):
-                _alive(context, name)()
+                alive[name]()
                 state = _state_of(stack, name, max_age_s=_HEALTH_POLL_S)
                 if state is not None and state.health == "healthy":
                     pending.discard(name)
