@@ -21,6 +21,7 @@ reads stays in its receive buffer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -137,7 +138,8 @@ async def _attempt(
     if exchange.alone:
         del exchange.headers["X-Xpyd-Prefill"]
         return await _decoder_alone(ctx, exchange, decoder)
-    prefilled, prefiller = await _prefill(ctx, exchange, prefiller, view)
+    kv_to = decoder if lmcache else None
+    prefilled, prefiller = await _prefill(ctx, exchange, prefiller, view, kv_to=kv_to)
     exchange.prefill = b""
     exchange.answers.release()  # parsed already: its bytes are gone
     exchange.headers["X-Xpyd-Prefill"] = prefiller.name  # the retry's, if it was retried
@@ -211,12 +213,17 @@ def _choose(
 
 
 async def _prefill(
-    ctx: Context, exchange: Exchange, prefiller: Backend[Any], view: RequestView
+    ctx: Context,
+    exchange: Exchange,
+    prefiller: Backend[Any],
+    view: RequestView,
+    *,
+    kv_to: Backend[DecoderConfig] | None = None,
 ) -> tuple[dict[str, Any], Backend[Any]]:
     tried: list[str] = []
     while True:
         try:
-            return await _prefill_once(ctx, exchange, prefiller), prefiller
+            return await _prefill_once(ctx, exchange, prefiller, kv_to), prefiller
         except CONNECT_ERRORS as exc:
             ctx.prefill.eject(prefiller)
             ctx.metrics.of(ctx.metrics.errors, "prefill_connect", prefiller.name).inc()
@@ -233,19 +240,23 @@ async def _prefill(
 
 
 async def _prefill_once(
-    ctx: Context, exchange: Exchange, prefiller: Backend[Any]
+    ctx: Context, exchange: Exchange, prefiller: Backend[Any], kv_to: Backend[DecoderConfig] | None
 ) -> dict[str, Any]:
+    """``kv_to``: lmcache-pd's decoder, which the prefiller pushes the KV into as it prefills
+    (a lost decoder never takes it, and the prefill waits for it)."""
     if ctx.notices is not None:
         ctx.notices.expect(exchange.kv_id, prefiller.config.tp)
     prefiller.outstanding += 1
     ctx.metrics.of(ctx.metrics.backend_requests, "prefill", prefiller.name).inc()
     started = time.perf_counter()
     try:
-        with waiting_on(prefiller):
+        with waiting_on(prefiller), waiting_on(kv_to) if kv_to else contextlib.nullcontext():
             answer = await _post_prefill(ctx, exchange, prefiller)
     except asyncio.CancelledError as exc:
-        if lost_backend(exc) is None:
+        if (lost := lost_backend(exc)) is None:
             raise
+        if kv_to is not None and lost == kv_to.name:
+            raise lost_error("decode", lost) from None
         ctx.metrics.of(ctx.metrics.errors, "prefill_lost", prefiller.name).inc()
         raise lost_error("prefill", prefiller.name) from None
     finally:
@@ -297,16 +308,21 @@ async def _decoder_alone(
     return await decode(ctx, exchange, exchange.endpoint, exchange.alone, decoder, converter=None)
 
 
-async def _await_kv(ctx: Context, exchange: Exchange, prefiller: Backend[Any]) -> None:
+async def _await_kv(
+    ctx: Context, exchange: Exchange, prefiller: Backend[Any], decoder: Backend[DecoderConfig]
+) -> None:
     assert ctx.notices is not None
     started = time.perf_counter()
     try:
-        with waiting_on(prefiller):  # a prefiller lost while it pushes sends no notice
+        # Neither a prefiller lost while it pushes nor one pushing into a lost decoder sends
+        # its notice.
+        with waiting_on(prefiller), waiting_on(decoder):
             await ctx.notices.wait(exchange.kv_id, ctx.config.timeouts.kv_notice_s)
     except asyncio.CancelledError as exc:
-        if lost_backend(exc) is None:
+        if (lost := lost_backend(exc)) is None:
             raise
-        raise lost_error("prefill", prefiller.name) from None
+        side = "decode" if lost == decoder.name else "prefill"
+        raise lost_error(side, lost) from None
     except NoticeTimeout as exc:
         ctx.metrics.of(ctx.metrics.errors, "kv_notice_timeout", prefiller.name).inc()
         raise ProxyError(504, "kv_transfer_timeout", f"{prefiller.name}: {exc}") from exc
@@ -330,7 +346,7 @@ async def _decode_after_first_token(
     facts, context = exchange.facts, decoder.max_model_len
     exchange.drain = drain = drain_payload(first, exchange.model, context)
     try:
-        await _await_kv(ctx, exchange, prefiller)
+        await _await_kv(ctx, exchange, prefiller, decoder)
         if prefill_only(first, facts.max_tokens, context):
             return await _answer_prefill_only(ctx, exchange, first, drain, decoder)
         converter = StreamConverter(first, chat=exchange.chat, request_id=exchange.request_id)

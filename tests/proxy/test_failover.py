@@ -17,7 +17,16 @@ import pytest
 
 from generator.proxy.app import Proxy
 from tests.proxy.fakes import FakeBackend
-from tests.proxy.harness import ProxyServer, eventually, nixl_config, nothing_held, post, serve
+from tests.proxy.harness import (
+    ProxyServer,
+    eventually,
+    free_port,
+    lmcache_config,
+    nixl_config,
+    nothing_held,
+    post,
+    serve,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -283,4 +292,39 @@ async def test_an_idle_backend_is_never_stalled(backends: list[FakeBackend]) -> 
     proxy, server = await serve(stall_watching([p0], [d0, d1], stall_s=0.2))
     await asyncio.sleep(0.6)  # three stall lengths without a request, counters still
     assert all(b.available(time.monotonic()) for b in proxy.decode.backends)
+    await server.close()
+
+
+async def test_an_lmcache_pd_request_whose_decoder_dies_before_the_kv_arrives_goes_elsewhere(
+    backends: list[FakeBackend],
+) -> None:
+    """lmcache-pd: the prefiller pushes the KV into the decoder the proxy chose; into a dead
+    decoder the push never finishes and its "KV sent" notice never comes (measured: requests
+    then waited out their client's deadline). The request waits on that decoder too, so it is
+    given up when the decoder fails its checks and goes through another pair."""
+    p0, _, d0, d1 = backends
+    port = free_port()
+    p0.notify_to, p0.notify_ranks = f"tcp://127.0.0.1:{port}", 1  # rank 1's send hangs
+    config = lmcache_config(p0, d0, port, **FAST_CHECKS)
+    config["decode"].append(config["decode"][0] | {"name": d1.name, "url": d1.url})
+    config["recovery"] = {"attempts": 2}
+    proxy, server = await serve(config)
+
+    async def decoder_dies() -> None:
+        await eventually(lambda: proxy.notices is not None and proxy.notices.in_flight == 1)
+        p0.notify_ranks = 2  # its sends to the other decoder work
+        d0.healthy = False
+
+    dying = asyncio.create_task(decoder_dies())
+    started = time.monotonic()
+    status, headers, raw = await post(server, "/v1/completions", BODY)
+    await dying
+    assert status == 200, raw
+    assert (headers["X-Xpyd-Prefill"], headers["X-Xpyd-Decode"]) == ("p0", "d1")
+    assert time.monotonic() - started < 3  # not kv_notice_s (30 s)
+    assert migrations(proxy, "decode", "decode_lost") == 1
+    assert d0.seen == []  # never decoded without its KV
+    assert len(p0.seen) == 2  # prefilled again, for d1
+    assert proxy.notices is not None
+    await eventually(lambda: proxy.notices is not None and proxy.notices.in_flight == 0)
     await server.close()
