@@ -1,7 +1,7 @@
 """A fault drill: the stack up (its verdict in), load through the router, one fault injected
 at its time, the stack watched every second (the service's state and restarts; the router's
 view of it), then the smoke verdict again once the service is back. A link cut is watched
-through the engines it separates from the router: whole once the router has them back.
+through every engine: whole once each runs, is healthy and is in the router's rotation.
 
 What it measures, against the fault's time:
 - failed requests, split by whether any of their answer had reached the client;

@@ -64,12 +64,12 @@ class Fault:
         return f"{self.action.value}:{self.target}@{self.at_s:g}{lasting}"
 
     def watched(self, plan: Plan) -> list[str]:
-        """The services whose recovery the drill waits for: the one hit; for a cut, the
-        engines it separates from the router (those the router must eject and re-admit)."""
+        """The services whose recovery the drill waits for: the one hit; for a cut, every
+        engine: those it separates from the router must be ejected and re-admitted, and the
+        others lose their KV peers across it (a decoder whose pull broke may die)."""
         if self.action is not FaultAction.CUT:
             return [self.target]
-        router_side = plan.router.host == self.target
-        return [e.name for e in plan.engines if (e.host == self.target) != router_side]
+        return [engine.name for engine in plan.engines]
 
 
 def parse_fault(text: str, plan: Plan) -> Fault:

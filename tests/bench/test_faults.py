@@ -64,14 +64,13 @@ def two_hosts() -> Plan:
     return make_plan(load_spec(ROOT / "stacks" / "cpu-2host.yaml"))
 
 
-def test_a_link_cut_names_a_host_and_watches_what_it_separates_from_the_router(
-    two_hosts: Plan,
-) -> None:
-    # cpu-2host: prefill-0 on host-a; decode-0 and the router on host-b.
-    for host in ("host-a", "host-b"):  # either side of the cut: prefill-0 is across it
+def test_a_link_cut_names_a_host_and_watches_every_engine(two_hosts: Plan) -> None:
+    # cpu-2host: prefill-0 on host-a; decode-0 and the router on host-b. prefill-0 is cut off
+    # the router, decode-0 off its KV source: the drill waits for both.
+    for host in ("host-a", "host-b"):
         fault = parse_fault(f"cut:{host}@5+10", two_hosts)
         assert fault == Fault(FaultAction.CUT, host, 5.0, 10.0)
-        assert fault.watched(two_hosts) == ["prefill-0"]
+        assert fault.watched(two_hosts) == ["prefill-0", "decode-0"]
 
 
 @pytest.mark.parametrize(

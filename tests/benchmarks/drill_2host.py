@@ -3,8 +3,9 @@
 The two "hosts" are network namespaces on this machine, each with its own address and Docker
 engine (tests/integration/hosts.py, what the multi-host tests use); the stack runs as the CI
 test runs it (observed, LMCache P2P on), and then the same cut with each router kind given.
-Each run's report (runs/<run-id>/fault.md, fault.json, fault.png) is copied to --out before
-the hosts are removed; the figures line of each is printed.
+Each run's report (runs/<run-id>/fault.md, fault.json, fault.png) and every service's status and
+log after it (after.log) are copied to --out before the hosts are removed; the figures line of
+each is printed.
 
 Run (root; the cpu images must build): python tests/benchmarks/drill_2host.py
     [--routers vllm-router proxy] [--cut-at-s 8] [--cut-for-s 10] [--load-s 30] [--out DIR]
@@ -70,6 +71,11 @@ def main() -> int:
             report = root / "runs" / run_id
             if report.is_dir():
                 shutil.copytree(report, args.out / run_id, dirs_exist_ok=True)
+                # Every service's log after the drill (the hosts, and with them the logs,
+                # are gone once this ends).
+                status = cli("status", STACK, root=root).stdout
+                logs = cli("logs", STACK, "--tail", "400", root=root).stdout
+                (args.out / run_id / "after.log").write_text(status + logs, encoding="utf-8")
                 summary = json.loads((report / "fault.json").read_text()).get("summary", {})
                 print(f"[drill] {router}: {json.dumps(summary)}", flush=True)
         cli("down", STACK, *flags, root=root)
