@@ -74,7 +74,7 @@ def main() -> int:
                 # Every service's log after the drill (the hosts, and with them the logs,
                 # are gone once this ends).
                 status = cli("status", STACK, root=root).stdout
-                logs = cli("logs", STACK, "--tail", "400", root=root).stdout
+                logs = cli("logs", STACK, "--tail", "5000", root=root).stdout
                 (args.out / run_id / "after.log").write_text(status + logs, encoding="utf-8")
                 summary = json.loads((report / "fault.json").read_text()).get("summary", {})
                 print(f"[drill] {router}: {json.dumps(summary)}", flush=True)
