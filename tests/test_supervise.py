@@ -176,30 +176,22 @@ def test_a_stop_while_it_waits_to_restart_ends_it_at_once(tmp_path: Path) -> Non
     assert "gave up" not in stderr
 
 
-class _Store:
-    """A stand-in for an `lmcache server`'s /status (the registration lists only): what the
-    watch reads. The real server's restart is in the faults drill (bench --fault
-    kill:lmcache-decode-0)."""
+class _Page:
+    """A page on a free local port whose body ``body()`` gives (None: 503, as a service that
+    is restarting)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
         import http.server
         import threading
 
-        self.registered: list[int] | None = [7]  # None: does not answer
-        store = self
+        page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if store.registered is None:
+                body = page.body()
+                if body is None:
                     self.send_error(503)
                     return
-                body = json.dumps(
-                    {
-                        "is_healthy": True,
-                        "registered_gpu_ids": [],
-                        "registered_non_cuda_instance_ids": store.registered,
-                    }
-                )
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(body.encode())
@@ -209,11 +201,35 @@ class _Store:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/status"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def body(self) -> str | None:
+        raise NotImplementedError
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _Store(_Page):
+    """A stand-in for an `lmcache server`'s /status (the registration lists only): what the
+    watch reads. The real server's restart is in the faults drill (bench --fault
+    kill:lmcache-decode-0)."""
+
+    def __init__(self) -> None:
+        self.registered: list[int] | None = [7]  # None: does not answer
+        super().__init__("/status")
+
+    def body(self) -> str | None:
+        if self.registered is None:
+            return None
+        return json.dumps(
+            {
+                "is_healthy": True,
+                "registered_gpu_ids": [],
+                "registered_non_cuda_instance_ids": self.registered,
+            }
+        )
 
 
 def _watched(url: str) -> subprocess.Popen[str]:
@@ -256,41 +272,22 @@ def test_an_engine_never_registered_is_left_alone() -> None:
         store.close()
 
 
-class _Peer:
+class _Peer(_Page):
     """A stand-in for a decoder's Prometheus page (only the line the watch reads): the real
-    decoder's restart is in the lmcache-pd fault test (tests/integration)."""
+    decoder's restart is in the lmcache-pd fault drill (README, Faults)."""
 
     def __init__(self) -> None:
-        import http.server
-        import threading
-
         self.started: float | None = 1.79e9  # None: does not answer
-        peer = self
+        super().__init__("/metrics")
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if peer.started is None:
-                    self.send_error(503)
-                    return
-                body = (
-                    "# TYPE process_start_time_seconds gauge\n"
-                    f"process_start_time_seconds {peer.started:.11e}\n"
-                    'vllm:num_requests_running{model_name="m"} 0.0\n'
-                )
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def log_message(self, *_: object) -> None:
-                return
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def body(self) -> str | None:
+        if self.started is None:
+            return None
+        return (
+            "# TYPE process_start_time_seconds gauge\n"
+            f"process_start_time_seconds {self.started:.11e}\n"
+            'vllm:num_requests_running{model_name="m"} 0.0\n'
+        )
 
 
 def _watching(*urls: str) -> subprocess.Popen[str]:
