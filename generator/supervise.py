@@ -71,17 +71,20 @@ _FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
 _WATCH_EVERY_S = float(os.environ.get("XPYD_WATCH_EVERY_S", "5"))
 _WATCH_MISSES = 2
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
+_RESTARTING = "restarting ("  # its announcement of the next run: "SERVICE restarting (1 of 5)"
 _SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
 
 
 def last_said(log: str) -> str | None:
     """The supervisor's last line in a service's log, without its prefix (anywhere in a line:
-    a command's last words may end without a newline)."""
+    a command's last words may end without a newline), less its own restart announcements:
+    why the command stopped is the line before them."""
     said = [
         line[line.index(LINE_PREFIX) + len(LINE_PREFIX) :]
         for line in log.splitlines()
         if LINE_PREFIX in line
     ]
+    said = [line for line in said if f" {_RESTARTING}" not in line]
     return said[-1] if said else None
 
 
@@ -211,7 +214,7 @@ class _Supervisor:
                 return code
             wait_s = _FIRST_WAIT_S if time.monotonic() - started >= _RAN_WELL_S else wait_s
             done += 1
-            self._say(f"restarting ({done} of {self.restarts}) in {wait_s:g} s")
+            self._say(f"{_RESTARTING}{done} of {self.restarts}) in {wait_s:g} s")
             _write_count(done)
             if not self._sleep(wait_s):
                 return 128 + self.asked[-1]
@@ -281,10 +284,10 @@ class _Registration:
 
     def look(self) -> str | None:
         registered = registered_at(self.url)
-        if registered is not None:
-            self.seen, self.misses = (
-                (True, 0) if registered else (self.seen, self.misses + self.seen)
-            )
+        if registered:
+            self.seen, self.misses = True, 0
+        elif registered is not None and self.seen:
+            self.misses += 1
         if self.misses < _WATCH_MISSES:
             return None
         return f"lost its registration at {self.url} (the store restarted)"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.supervise import SOURCE, exit_code, pid_file, start_time, watch_options
+from generator.supervise import SOURCE, exit_code, last_said, pid_file, start_time, watch_options
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERVISE = [sys.executable, str(ROOT / SOURCE), "decode-0", "--"]
@@ -360,3 +360,10 @@ def test_the_watch_options_are_what_the_supervisor_parses() -> None:
         "--restarts-with", "http://d1:3/metrics",
     ]  # fmt: skip
     assert watch_options(None, []) == []
+
+
+def test_the_last_thing_said_is_why_it_stopped_not_the_restart_that_followed() -> None:
+    log = "xpyd: d exited with 5\nxpyd: d restarting (1 of 2) in 0.1 s\nserving again\n"
+    assert last_said(log) == "d exited with 5"
+    assert last_said(log + "xpyd: d gave up after 2 restart(s)\n") == "d gave up after 2 restart(s)"
+    assert last_said("serving\n") is None

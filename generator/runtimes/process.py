@@ -237,10 +237,8 @@ class ProcessStack:
         return int(text) if text.isdigit() else 0
 
     def _last_exit(self, name: str) -> str | None:
-        """The supervisor's last line in the service's log, as `status` shows it, skipping its
-        own "restarting" lines: why it stopped is the line before."""
-        lines = self.logs(name, tail=200).splitlines()
-        return last_said("\n".join(line for line in lines if f"{name} restarting (" not in line))
+        """The supervisor's last line in the service's log, as `status` shows it."""
+        return last_said(self.logs(name, tail=200))
 
     def _health_of(self, name: str) -> str | None:
         service = self._plan.service(name)
