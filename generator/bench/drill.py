@@ -59,6 +59,18 @@ class Sample:
     # started since it did (their supervisor restarts them). None: no such engine.
     followers_back: bool | None = None
 
+    def look(self) -> str:
+        """Whole, or the first reason it is not (for the report's per-second table)."""
+        if self.status != "running":
+            return self.status
+        if self.health not in (None, "healthy"):
+            return self.health
+        if self.in_rotation is False:
+            return "out of rotation"
+        if self.followers_back is False:
+            return "its followers not back"
+        return "whole"
+
 
 @dataclass
 class DrillResult:
@@ -80,6 +92,7 @@ class DrillResult:
     injected: str = ""  # what the signal step printed
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
     link_restored: bool | None = None  # a link cut's end: None, no cut
+    fault_for_s: float | None = None  # a cut's or a stop's length
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -106,6 +119,7 @@ class DrillResult:
             if failed
             else None,
             "recovered_after_s": None if back is None else back - fault,
+            "never_out": self.never_out(),
             "verdict_after_s": self.verdict_after_s,
             "verdict_during_s": self.verdict_during_s,
             "restarts": max((s.restarts for s in self.samples), default=0)
@@ -128,14 +142,19 @@ class DrillResult:
             return None
         return next((s.at_s for s in after[left:] if _whole(s)), None)
 
+    def never_out(self) -> bool:
+        """Whole at every look from the fault through its end and a look past it: nothing
+        came back because nothing left (a router that never noticed a short cut)."""
+        end = self.fault_at_s + (self.fault_for_s or 0.0)
+        after = [s for s in self.samples if s.at_s >= self.fault_at_s]
+        restarts = self._restarts_before()
+        return any(s.at_s > end + _WATCH_EVERY_S for s in after) and all(
+            _whole(s) and s.restarts <= restarts for s in after
+        )
+
 
 def _whole(sample: Sample) -> bool:
-    return (
-        sample.status == "running"
-        and sample.health in (None, "healthy")
-        and sample.in_rotation is not False
-        and sample.followers_back is not False
-    )
+    return sample.look() == "whole"
 
 
 def run_drill(
@@ -152,7 +171,9 @@ def run_drill(
         plan, workspace, RunOptions(wait_scale=wait_scale), None, reporter, directory=folder / "up"
     )
     up_stack(context)  # a stack that does not come up, or fails its verdict: nothing to drill
-    result = DrillResult(plan.stack, plan.router.kind.value, fault.label, fault.at_s, load)
+    result = DrillResult(
+        plan.stack, plan.router.kind.value, fault.label, fault.at_s, load, fault_for_s=fault.for_s
+    )
     watched = fault.watched(plan)
     origin = time.monotonic()
     stop = threading.Event()
@@ -321,9 +342,9 @@ def _await_recovery(
 ) -> None:
     """Waits (bounded) until the service is whole again, then asks for the verdict."""
     deadline = time.monotonic() + limit_s
-    while result.back_at() is None and time.monotonic() < deadline:
+    while not _over(result) and time.monotonic() < deadline:
         time.sleep(_WATCH_EVERY_S)
-    if result.back_at() is None:
+    if not _over(result):
         reporter.event(EventLevel.FAILED, f"{result.fault}: the service is not back")
         return
     result.verdict_after, result.verdict_after_s = _verdict(
@@ -334,8 +355,13 @@ def _await_recovery(
         reporter.verdict(context.plan, context.verdict)
 
 
+def _over(result: DrillResult) -> bool:
+    """The service is back, or never left."""
+    return result.back_at() is not None or result.never_out()
+
+
 def _whole_now(result: DrillResult) -> bool:
-    return bool(result.samples) and _whole(result.samples[-1]) and result.back_at() is not None
+    return bool(result.samples) and _whole(result.samples[-1]) and _over(result)
 
 
 def _verdict(

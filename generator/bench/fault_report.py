@@ -23,6 +23,11 @@ def per_second(result: DrillResult) -> list[tuple[int, int, int]]:
     return [(second, ok, failed) for second, ok, failed in rows]
 
 
+def looks_per_second(result: DrillResult) -> dict[int, str]:
+    """The service as last looked at in each second ("whole", or why not)."""
+    return {int(sample.at_s): sample.look() for sample in result.samples}
+
+
 def write_fault_report(result: DrillResult, folder: Path, *, hardware: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "fault.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
@@ -59,7 +64,7 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"(deadline {load.deadline_s:g} s) |",
         f"| out of the router's rotation after | {_seconds(s['ejected_after_s'])} |",
         f"| last failed request ended after | {_seconds(s['last_failure_after_s'])} |",
-        f"| service whole again after | {_seconds(s['recovered_after_s'])} |",
+        f"| service whole again after | {_back(result)} |",
         f"| restarts | {s['restarts']} |",
         f"| verdict as the load ended | {_during(result)} |",
         f"| verdict after the fault | {verdict[result.verdict_after]}"
@@ -68,16 +73,26 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         "Per second of the load (by when each request ended; the fault at "
         f"{result.fault_at_s:g} s):",
         "",
-        "| second | succeeded | failed |",
-        "|---|---|---|",
+        "| second | succeeded | failed | the service, last look |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {second} | {ok} | {failed} |" for second, ok, failed in per_second(result)]
+    looks = looks_per_second(result)
+    lines += [
+        f"| {second} | {ok} | {failed} | {looks.get(second, '-')} |"
+        for second, ok, failed in per_second(result)
+    ]
     return "\n".join(lines) + "\n"
+
+
+def _back(result: DrillResult) -> str:
+    if result.never_out():
+        return "never out (whole at every look)"
+    return _seconds(result.summary()["recovered_after_s"])
 
 
 def _during(result: DrillResult) -> str:
     if result.verdict_during is None:
-        return "not run (the service was whole again)"
+        return f"not run (the service {'never left' if result.never_out() else 'was whole again'})"
     passed = "PASS" if result.verdict_during else "FAIL"
     return f"{passed} ({_seconds(result.verdict_during_s)} after the fault, the service not back)"
 

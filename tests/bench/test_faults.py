@@ -154,8 +154,29 @@ def test_restarts_count_from_the_fault() -> None:
     assert _result(OUTCOMES, samples).summary()["restarts"] == 1
 
 
-def test_a_service_never_out_is_not_recovered() -> None:
-    assert _result(OUTCOMES, [_look(9.0), _look(40.0)]).back_at() is None
+def test_a_service_never_out_is_not_recovered_but_never_left() -> None:
+    result = _result(OUTCOMES, [_look(9.0), _look(10.5), _look(40.0)])
+    assert result.back_at() is None
+    assert result.never_out()
+    assert result.summary()["never_out"] is True
+    assert not _result(OUTCOMES, SAMPLES).never_out()  # it left at 11 s
+
+
+def test_a_cut_the_router_never_noticed_is_never_out_only_once_it_is_over(
+    tmp_path: Path,
+) -> None:
+    """A 10 s cut at 10 s: whole at every look through 20 s says nothing until a look
+    after its end (the router may notice late); a restart at any look means it left."""
+    result = _result(OUTCOMES, [_look(9.0), _look(15.0), _look(20.5)])
+    result.fault_for_s = 10.0
+    assert not result.never_out()
+    result.samples.append(_look(22.0))
+    assert result.never_out()
+    text = write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    assert "| service whole again after | never out (whole at every look) |" in text
+    assert "| verdict as the load ended | not run (the service never left) |" in text
+    result.samples.append(_look(23.0, restarts=1))
+    assert not result.never_out()
 
 
 def test_a_killed_lmcache_server_is_whole_only_once_its_engine_registered_again() -> None:
@@ -190,7 +211,9 @@ def test_per_second_counts_by_end(tmp_path: Path) -> None:
     report = write_fault_report(result, tmp_path, hardware="by hand")
     text = report.read_text()
     assert "| failed after their answer started | 1 |" in text
-    assert "| 10 | 0 | 2 |" in text
+    assert "| 10 | 0 | 2 | - |" in text  # no look in that second
+    assert "| 11 | 0 | 0 | restarting |" in text  # the last look in it, and why it is out
+    assert "| 9 | 0 | 0 | whole |" in text
     assert (tmp_path / "fault.png").stat().st_size > 1000
     assert '"failed_before_answer_started": 1' in (tmp_path / "fault.json").read_text()
 

@@ -149,7 +149,10 @@ def test_prometheus_on_one_host_scrapes_both(
     assert "error" not in answers
 
 
-CUT_AT_S, CUT_FOR_S, LOAD_S, DEADLINE_S = 8, 10, 30, 30
+# vllm-router ejects after 2 failed checks (every 2 s, 2 s limit: up to 8 s) and the cut
+# takes ~3 s to reach both hosts: 16 s leaves it room on a slow CPU (a 10 s cut was once never
+# noticed).
+CUT_AT_S, CUT_FOR_S, LOAD_S, DEADLINE_S = 8, 16, 40, 30
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +165,9 @@ def link_cut(netns_hosts: NetnsHosts, root: Path, stack_up: dict[str, Any]) -> d
     flags += ["--fault-duration-s", str(LOAD_S), "--fault-deadline-s", str(DEADLINE_S)]
     result = cli("bench", STACK, "--fault", fault, *flags, root=root)
     print(result.stdout[-4000:], result.stderr[-4000:])
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = root / "runs" / run_id / "fault.md"  # each second's look at the service
+    said = report.read_text() if report.exists() else result.stdout[-3000:]
+    assert result.returncode == 0, said + result.stderr[-3000:]
     record: dict[str, Any] = json.loads((root / "runs" / run_id / "fault.json").read_text())
     return record
 
@@ -182,9 +187,8 @@ def test_a_link_cut_is_made_on_both_hosts_and_undone(
 
 def test_the_router_ejects_the_cut_prefiller_and_takes_it_back(link_cut: dict[str, Any]) -> None:
     summary = link_cut["summary"]
-    # vllm-router: checks every 2 s, 2 s timeout, 2 failures: out within ~8 s (plus a look).
     assert summary["ejected_after_s"] is not None, link_cut["samples"]
-    assert summary["ejected_after_s"] < 10
+    assert summary["ejected_after_s"] < CUT_FOR_S
     assert summary["recovered_after_s"] is not None, link_cut["samples"]
     assert summary["recovered_after_s"] >= CUT_FOR_S  # not before the link was back
     assert summary["longest_request_s"] < DEADLINE_S

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,12 +142,12 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: lis
     result = cli("up", "cpu-1p1d", *pythons, *broken, "--run-id", f"{RUN}-dies", root=copy)
     elapsed = time.monotonic() - started
     assert result.returncode == 1
+    # Its first restart ends the wait: not the 300 s health deadline, nor the 5 restarts'
+    # 6 starts (a vLLM start is 30-60 s of imports on 2 busy cores, so no time bound here).
     said = "decode-0 was restarted by its policy (decode-0 exited with 2) while we waited for it"
-    assert said in result.stderr
+    assert f"{said} (1 restart in the wait)" in result.stderr
     assert "--no-such-vllm-flag" in result.stderr  # vLLM's own complaint, from its log
-    # Not the 300 s health deadline, nor the 5 restarts' 6 starts (147 s once on 2 busy
-    # cores): its first restart ends the wait.
-    assert elapsed < 120
+    print(f"up failed after {elapsed:.0f} s", file=sys.stderr)
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure
 
 

@@ -135,12 +135,16 @@ def _alive(context: RunContext, service: str) -> Callable[[], None]:
         if state is not None and not state.exited and not restarted(state):
             return
         if state is not None and not state.exited:
-            how = f"was restarted by its policy ({state.last_exit or 'it exited'})"
+            count = state.restarts - first_restarts[0]
+            how = (
+                f"was restarted by its policy ({state.last_exit or 'it exited'}) while we "
+                f"waited for it ({count} restart{'s' if count > 1 else ''} in the wait)"
+            )
         else:
-            how = f"exited (code {state.exit_code if state else None})"
+            how = f"exited (code {state.exit_code if state else None}) while we waited for it"
         tail = stack.runtime.logs(service, tail=_LOG_TAIL)
         raise StackError(
-            f"{service}{where} {how} while we waited for it; last log lines:\n{tail}",
+            f"{service}{where} {how}; last log lines:\n{tail}",
             hint=f"fix the cause (stack kept; python -m generator logs "
             f"{context.plan.stack} {service})",
         )
