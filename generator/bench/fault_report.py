@@ -64,7 +64,7 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"(deadline {load.deadline_s:g} s) |",
         f"| out of the router's rotation after | {_seconds(s['ejected_after_s'])} |",
         f"| last failed request ended after | {_seconds(s['last_failure_after_s'])} |",
-        f"| service whole again after | {_back(result)} |",
+        f"| service whole again after | {_back(s)} |",
         f"| restarts | {s['restarts']} |",
         f"| verdict as the load ended | {_during(result)} |",
         f"| verdict after the fault | {verdict[result.verdict_after]}"
@@ -84,10 +84,10 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _back(result: DrillResult) -> str:
-    if result.never_out():
+def _back(summary: dict[str, float | int | None]) -> str:
+    if summary["never_out"]:
         return "never out (whole at every look)"
-    return _seconds(result.summary()["recovered_after_s"])
+    return _seconds(summary["recovered_after_s"])
 
 
 def _during(result: DrillResult) -> str:
