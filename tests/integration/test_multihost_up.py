@@ -151,8 +151,11 @@ def test_prometheus_on_one_host_scrapes_both(
 
 # vllm-router ejects after 2 failed checks (every 2 s, 2 s limit: up to 8 s) and the cut
 # takes ~3 s to reach both hosts: 16 s leaves it room on a slow CPU (a 10 s cut was once never
-# noticed).
-CUT_AT_S, CUT_FOR_S, LOAD_S, DEADLINE_S = 8, 16, 40, 30
+# noticed). A request caught in the cut waits for TCP to resend, and TCP doubles its wait
+# after each lost try, so its last try can come up to as long after the link is back as the
+# cut lasted: with 16 s, 30 s was once reached on CI. The deadline is set beyond twice the
+# cut: a request that reaches it wedged, it did not just wait for TCP.
+CUT_AT_S, CUT_FOR_S, LOAD_S, DEADLINE_S = 8, 16, 40, 60
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +194,8 @@ def test_the_router_ejects_the_cut_prefiller_and_takes_it_back(link_cut: dict[st
     assert summary["ejected_after_s"] < CUT_FOR_S
     assert summary["recovered_after_s"] is not None, link_cut["samples"]
     assert summary["recovered_after_s"] >= CUT_FOR_S  # not before the link was back
-    assert summary["longest_request_s"] < DEADLINE_S
+    slowest = sorted(link_cut["outcomes"], key=lambda o: o["start_s"] - o["end_s"])[:5]
+    assert summary["longest_request_s"] < DEADLINE_S, slowest
     late = [o for o in link_cut["outcomes"] if o["start_s"] > CUT_AT_S + CUT_FOR_S + 10]
     assert late
     assert all(o["ok"] for o in late), late
