@@ -58,11 +58,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-__all__ = ["IN_IMAGE", "LINE_PREFIX", "SOURCE", "exit_code", "last_said", "main", "watch_options"]
+__all__ = [
+    "IN_IMAGE",
+    "LINE_PREFIX",
+    "PID_FILE_ENV",
+    "SOURCE",
+    "exit_code",
+    "last_said",
+    "main",
+    "watch_options",
+]
 
 LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
 IN_IMAGE = "/opt/xpyd/supervise.py"
+PID_FILE_ENV = "XPYD_PID_FILE"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 UNASKED_EXIT = 1
 _FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
@@ -118,9 +128,11 @@ def _children(pid: int) -> list[int]:
 
 
 def pid_file(service: str) -> Path:
-    """Where the supervisor of ``service`` writes its command's PID (per container, or per
-    machine for processes)."""
-    return Path(tempfile.gettempdir()) / f"xpyd-supervised-{service}.pid"
+    """Where the supervisor of ``service`` writes its command's PID: ``$XPYD_PID_FILE`` where
+    the runtime names one (processes: two stacks on one machine may both have a decode-0),
+    else the temporary folder (one per container)."""
+    named = os.environ.get(PID_FILE_ENV)
+    return Path(named) if named else Path(tempfile.gettempdir()) / f"xpyd-supervised-{service}.pid"
 
 
 def _tree(pid: int) -> list[int]:

@@ -95,6 +95,14 @@ def parse_fault(text: str, plan: Plan) -> Fault:
                 f"{plan.stack} has no service {target!r} that a fault can hit",
                 fix=f"one of {', '.join(services)}",
             )
+        if not plan.recovery.max_restarts:
+            # The signal goes through the service's supervisor, and only restarted services
+            # run under one: with none, nothing would bring it back either.
+            raise FaultError(
+                f"{plan.stack} restarts nothing (recovery.max_restarts: 0), so {target} runs "
+                "without the supervisor a fault is sent through",
+                fix="--set recovery.max_restarts=5 (the default)",
+            )
     if at_s > _MAX_AT_S:
         raise FaultError(f"{at_s:g} s is too late", fix=f"at most {_MAX_AT_S:g} s")
     for_s = float(match["for"]) if match["for"] is not None else None

@@ -49,8 +49,9 @@ from generator.serializers.process import (
 )
 from generator.services.model import Secret
 from generator.spec import Isolation
+from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
+from generator.supervise import PID_FILE_ENV, last_said, watch_options
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
-from generator.supervise import last_said, watch_options
 
 __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
 
@@ -62,6 +63,9 @@ _EXECUTE_TIMEOUT_S = 60.0
 _DROPPED_ENV = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__")
 # Runs the service as its child and keeps its exit status (a process group's leader that ends
 # is reaped by whoever started it, which may be gone: the file outlives both).
+# What an image holds and a process finds elsewhere, for commands run beside a service (the
+# supervisor's --signal mode, which `bench --fault` sends).
+_RUNTIME_PATHS: dict[str, str | None] = {SUPERVISOR_IN_IMAGE: SUPERVISOR}
 _KEEP_STATUS = '"$@"; status=$?; echo "$status" > "$XPYD_EXIT_FILE"; exit "$status"'
 
 
@@ -181,6 +185,8 @@ class ProcessStack:
         if service.interpreter == "router":
             env["PYTHONPATH"] = str(self.root)  # the router image's /opt/xpyd/generator
         env |= self._secret_env(service) | _passed_env(service)
+        # Its supervisor keeps the command's PID here, where `bench --fault` reads it.
+        env[PID_FILE_ENV] = str(self.state_dir / f"{service.name}.pid")
         if self.isolation is Isolation.PLAIN and service.gpus and "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = _host_gpu_ids(env["CUDA_VISIBLE_DEVICES"], service.gpus)
         return env
@@ -306,7 +312,8 @@ class ProcessStack:
 
     def execute(self, service: str, command: list[str]) -> str:
         definition = self._plan.service(service)
-        mapped = [map_path(part, definition.paths, what="the command") for part in command]
+        paths = definition.paths | _RUNTIME_PATHS
+        mapped = [map_path(part, paths, what="the command") for part in command]
         argv = [*self._executable(definition, mapped[0]), *mapped[1:]]
         done = subprocess.run(
             argv, env=self._environment(definition), cwd=self.root, capture_output=True,

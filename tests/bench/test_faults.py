@@ -59,6 +59,17 @@ def test_bad_faults_say_what_is_wrong(plan: Plan, text: str, says: str) -> None:
     assert caught.value.hint
 
 
+def test_a_stack_that_restarts_nothing_takes_no_signal_fault(plan: Plan) -> None:
+    still = plan.model_copy(
+        update={"recovery": plan.recovery.model_copy(update={"max_restarts": 0})}
+    )
+    for text in ("kill:decode-0@10", "stop:decode-0@10+5"):
+        with pytest.raises(FaultError) as caught:
+            parse_fault(text, still)
+        assert "restarts nothing (recovery.max_restarts: 0)" in caught.value.message
+        assert caught.value.hint == "--set recovery.max_restarts=5 (the default)"
+
+
 @pytest.fixture(scope="module")
 def two_hosts() -> Plan:
     return make_plan(load_spec(ROOT / "stacks" / "cpu-2host.yaml"))

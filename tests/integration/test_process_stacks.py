@@ -1,6 +1,7 @@
 """The process runtime for real: cpu-1p1d and cpu-lmcache-pd up as local processes (real vLLM
 CPU, LMCache servers, NIXL, vllm-router and our proxy, no Docker involved), verdict PASS;
-status, logs and down from other shells; a service that dies failing `up` fast with its log;
+status, logs and down from other shells; a killed engine restarted by its supervisor (a fault
+drill) and serving again; a service that dies failing `up` fast with its log;
 Ctrl+C; and nothing left running after any of them.
 
 The stacks are rendered into a checkout copy (an `up --runtime process` renders the stack for
@@ -111,6 +112,28 @@ def test_status_and_logs_from_another_shell(copy: Path, nixl_mp_up: dict[str, ob
     logs = cli("logs", "cpu-1p1d", "decode-0", "--tail", "5", root=copy)
     assert logs.returncode == 0
     assert len(logs.stdout.splitlines()) == 5
+
+
+def test_a_killed_engine_is_restarted_by_its_supervisor_and_serves_again(
+    copy: Path, pythons: list[str], nixl_mp_up: dict[str, object]
+) -> None:
+    """`bench --fault` on processes: no runtime policy here, the supervisor is the policy."""
+    run_id = f"{RUN}-kill"
+    fault = ["--fault", "kill:decode-0@5", "--fault-duration-s", "20"]
+    result = cli("bench", "cpu-1p1d", *pythons, *fault, "--run-id", run_id, root=copy)
+    report = copy / "runs" / run_id / "fault.md"
+    said = report.read_text() if report.exists() else result.stdout[-3000:]
+    assert result.returncode == 0, said + result.stderr[-3000:]
+    record = json.loads((copy / "runs" / run_id / "fault.json").read_text())
+    assert "sent SIGKILL to decode-0" in record["injected"]
+    assert record["last_exit"] == "decode-0 was killed by SIGKILL"
+    summary = record["summary"]
+    assert summary["restarts"] == 1, said
+    assert summary["recovered_after_s"] is not None, said
+    assert summary["longest_request_s"] < record["load"]["deadline_s"], said
+    assert record["verdict_after"] is True, said
+    rows = {row["check"]: row for row in record["verdict_after_rows"]}
+    assert int(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 0
 
 
 def test_down_leaves_nothing_running(copy: Path, nixl_mp_up: dict[str, object]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 import psutil
 import pytest
 
+from generator.bench.faults import signal_service
 from generator.runtimes.process import ProcessStack, Pythons, rendered_process_stack
 from generator.serializers.process import ProcessProject, ProcessService
 
@@ -127,6 +128,34 @@ def test_a_service_with_restarts_comes_back_and_says_why(tmp_path: Path) -> None
         for p in psutil.process_iter(["cmdline"])
         if str(marker) in " ".join(p.info["cmdline"] or [])
     ]
+
+
+def test_a_fault_hits_its_own_stacks_service_only(tmp_path: Path) -> None:
+    """`bench --fault` on processes: the signal goes through the image's supervisor path (the
+    package's supervise.py here) to the command of this stack's service, though another stack
+    on the machine has a service of the same name."""
+    stacks = [
+        ProcessStack(
+            project(script_service("decode-0", "import time; time.sleep(600)", max_restarts=1)),
+            tmp_path / name,
+            PYTHONS,
+        )
+        for name in ("hit", "beside")
+    ]
+    hit, beside = stacks
+    for stack in stacks:
+        stack.up(["decode-0"])
+    try:
+        wait_for(lambda: all((s.state_dir / "decode-0.pid").exists() for s in stacks))
+        commands = [(s.state_dir / "decode-0.pid").read_text() for s in stacks]
+        said = signal_service(hit, "decode-0", "KILL", tree=False)
+        assert f"sent SIGKILL to decode-0 (pid {commands[0]})" in said
+        wait_for(lambda: hit.ps()[0].restarts == 1)
+        assert hit.ps()[0].last_exit == "decode-0 was killed by SIGKILL"
+        assert (beside.ps()[0].restarts, psutil.pid_exists(int(commands[1]))) == (0, True)
+    finally:
+        for stack in stacks:
+            stack.down()
 
 
 def test_a_process_that_dies_is_exited_with_its_code(tmp_path: Path) -> None:
