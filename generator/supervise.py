@@ -32,7 +32,8 @@ one, so after that decoder restarts every send to it fails. When a peer's
 and starts again with fresh connections.
 
 The last form is how `bench --fault` hurts a service from inside its container (`docker
-exec`): it signals the supervised command (``--tree``: and every process under it, so that a
+exec`), or beside its process (the process runtime names the PID file, ``$XPYD_PID_FILE``): it
+signals the supervised command (``--tree``: and every process under it, so that a
 stopped engine stops whole), never the supervisor, so the runtime sees a crash and not a stop
 it was asked for (`docker kill` counts as asked: Docker would not restart it).
 

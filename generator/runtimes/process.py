@@ -61,11 +61,11 @@ _MAX_GRACE_S = 30.0
 _EXECUTE_TIMEOUT_S = 60.0
 # The caller's Python environment must not leak into the services' own.
 _DROPPED_ENV = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__")
-# Runs the service as its child and keeps its exit status (a process group's leader that ends
-# is reaped by whoever started it, which may be gone: the file outlives both).
 # What an image holds and a process finds elsewhere, for commands run beside a service (the
 # supervisor's --signal mode, which `bench --fault` sends).
 _RUNTIME_PATHS: dict[str, str | None] = {SUPERVISOR_IN_IMAGE: SUPERVISOR}
+# Runs the service as its child and keeps its exit status (a process group's leader that ends
+# is reaped by whoever started it, which may be gone: the file outlives both).
 _KEEP_STATUS = '"$@"; status=$?; echo "$status" > "$XPYD_EXIT_FILE"; exit "$status"'
 
 
