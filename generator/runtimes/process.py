@@ -97,7 +97,7 @@ class ProcessStack:
         self.pythons = pythons
         self.isolation = isolation
         self.state_dir = root / project.state
-        self._health: dict[str, tuple[float, bool]] = {}
+        self._health: dict[str, tuple[float, bool, int]] = {}  # when, healthy, at restarts
 
     @property
     def project(self) -> str:
@@ -217,11 +217,11 @@ class ProcessStack:
         for name, entry in sorted(self._read_state().items()):
             running = alive(entry)
             code = None if running else exit_code(entry)
-            health = self._health_of(name) if running else None
+            restarts = self._restarts_of(name)
+            health = self._health_of(name, restarts) if running else None
             status = "running" if running else "exited"
             ports = listening(entry) if running else ()
             started = entry.get("started") if running else None
-            restarts = self._restarts_of(name)
             last_exit = self._last_exit(name) if restarts or not running else None
             states.append(
                 ServiceState(
@@ -246,13 +246,20 @@ class ProcessStack:
         """The supervisor's last line in the service's log, as `status` shows it."""
         return last_said(self.logs(name, tail=200))
 
-    def _health_of(self, name: str) -> str | None:
+    def _health_of(self, name: str, restarts: int) -> str | None:
+        """The last check's answer, at most ``HEALTH_EVERY_S`` old and never one about the
+        command before its supervisor restarted it (Docker, too, starts a restarted
+        container's health over)."""
         service = self._plan.service(name)
         if not service.health:
             return None
         checked = self._health.get(name)
-        if checked is None or time.monotonic() - checked[0] >= HEALTH_EVERY_S:
-            checked = (time.monotonic(), self._check_health(service))
+        if (
+            checked is None
+            or time.monotonic() - checked[0] >= HEALTH_EVERY_S
+            or checked[2] != restarts
+        ):
+            checked = (time.monotonic(), self._check_health(service), restarts)
             self._health[name] = checked
         if checked[1]:
             return "healthy"

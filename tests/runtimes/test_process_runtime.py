@@ -158,6 +158,34 @@ def test_a_fault_hits_its_own_stacks_service_only(tmp_path: Path) -> None:
             stack.down()
 
 
+def test_a_restarted_command_does_not_inherit_the_health_of_the_one_before(
+    tmp_path: Path,
+) -> None:
+    """Its first run serves, the run after its crash never does: the look right after the
+    restart must not be the first run's (cached) healthy."""
+    port, marker = free_port(), tmp_path / "served-once"
+    code = (
+        "import http.server, pathlib, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if marker.exists():\n"
+        "    time.sleep(600)\n"
+        "marker.write_text('x')\n"
+        f"address = ('127.0.0.1', {port})\n"
+        "http.server.HTTPServer(address, http.server.SimpleHTTPRequestHandler).serve_forever()\n"
+    )
+    probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/', timeout=2)"
+    service = script_service("web", code, max_restarts=1, health=("python3", "-c", probe))
+    stack = ProcessStack(project(service), tmp_path, PYTHONS)
+    stack.up(["web"])
+    try:
+        wait_for(lambda: state_of(stack, "web")[1] == "healthy")  # checked just now
+        signal_service(stack, "web", "KILL", tree=False)
+        wait_for(lambda: stack.ps()[0].restarts == 1, timeout_s=4)  # within the check's pace
+        assert state_of(stack, "web") == ("running", "starting", None)
+    finally:
+        stack.down()
+
+
 def test_a_process_that_dies_is_exited_with_its_code(tmp_path: Path) -> None:
     crasher = script_service("crasher", "import sys; print('bye'); sys.exit(3)")
     stack = ProcessStack(project(crasher), tmp_path, PYTHONS)
