@@ -16,7 +16,9 @@ With ``--restarts N`` (the process runtime, which has no restart policy of its o
 supervisor is the policy: it runs the command again after each exit nobody asked for, at most
 N times, waiting as Docker does between tries (0.1 s, doubling, at most 30 s; back to 0.1 s
 after a run of 10 s), writes the count so far to ``$XPYD_RESTARTS_FILE`` where that is set,
-and says so on stderr; after the N-th it gives up and exits as the command did.
+and says so on stderr; after the N-th it gives up and exits as the command did. The command
+runs in a session of its own, and whatever it leaves running when it ends (a killed vLLM API
+server's engine core) is killed before it starts again.
 
 With ``--needs-registered URL`` (a nixl-mp engine: its LMCache server's /status) it also
 watches the engine's KV store: an engine registers its KV buffers with its `lmcache server`
@@ -237,7 +239,9 @@ class _Supervisor:
         print(f"{LINE_PREFIX}{self.service} {what}", file=sys.stderr, flush=True)
 
     def _run_once(self) -> int:
-        child = self.child = subprocess.Popen(self.command)
+        # A session of its own: whatever the command starts stays in its group, and goes
+        # with it (_end_leftovers).
+        child = self.child = subprocess.Popen(self.command, start_new_session=True)
         if self.asked:  # asked to stop while the command was starting
             child.send_signal(self.asked[-1])
         pid_file(self.service).write_text(str(child.pid), encoding="ascii")
@@ -249,6 +253,7 @@ class _Supervisor:
             watcher.start()
         returncode = child.wait()
         done.set()
+        _end_leftovers(child.pid)
         self.child = None
         return returncode
 
@@ -353,6 +358,15 @@ def _end(child: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             child.kill()
+
+
+def _end_leftovers(group: int) -> None:
+    """What the command started and left running when it ended: a killed vLLM API server
+    leaves its engine core behind, holding its NIXL port (the next start then fails on
+    "Address already in use") and, on a GPU, its memory. In a container the runtime ends them
+    with the container; processes have only this."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _write_count(done: int) -> None:

@@ -134,6 +134,29 @@ def supervised_as(service: str, *command: str) -> subprocess.Popen[str]:
     )
 
 
+def test_what_the_command_leaves_running_goes_with_it(tmp_path: Path) -> None:
+    """vLLM's engine core outlives its killed API server (measured under the process
+    runtime: the next start then failed on its NIXL port): the supervisor ends it."""
+    left = tmp_path / "left.pid"
+    command = f"sleep 300 >/dev/null 2>&1 & echo $! > {left}; exit 0"  # not on our pipes
+    run = subprocess.run(
+        [*SUPERVISE, "sh", "-c", command], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 1, run.stderr  # exited on its own: a failure
+    orphan = int(left.read_text())
+    deadline = time.monotonic() + 10
+    while _gone_or_zombie(orphan) is False and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone_or_zombie(orphan), f"sleep {orphan} still runs"
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        return _state(pid) == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def _state(pid: int) -> str:
     """The process's state letter from /proc (T: stopped)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
