@@ -15,7 +15,8 @@ signal is written on stderr, where `logs` and `status` find it.
 With ``--restarts N`` (the process runtime, which has no restart policy of its own) the
 supervisor is the policy: it runs the command again after each exit nobody asked for, at most
 N times, waiting as Docker does between tries (0.1 s, doubling, at most 30 s; back to 0.1 s
-after a run of 10 s), writes the count so far to ``$XPYD_RESTARTS_FILE`` where that is set,
+after a run of 10 s), writes the count so far and why the last run ended to
+``$XPYD_RESTARTS_FILE`` where that is set,
 and says so on stderr; after the N-th it gives up and exits as the command did. The command
 runs in a session of its own, and whatever it leaves running when it ends (a killed vLLM API
 server's engine core) is killed before it starts again.
@@ -219,9 +220,8 @@ class _Supervisor:
             started = time.monotonic()
             returncode = self._run_once()
             asked = bool(self.asked)
-            print(
-                describe(self.service, returncode, asked_to_stop=asked), file=sys.stderr, flush=True
-            )
+            said = describe(self.service, returncode, asked_to_stop=asked)
+            print(said, file=sys.stderr, flush=True)
             code = exit_code(returncode, asked_to_stop=asked)
             if asked or done >= self.restarts:
                 if done and not asked:
@@ -230,7 +230,7 @@ class _Supervisor:
             wait_s = _FIRST_WAIT_S if time.monotonic() - started >= _RAN_WELL_S else wait_s
             done += 1
             self._say(f"{_RESTARTING}{done} of {self.restarts}) in {wait_s:g} s")
-            _write_count(done)
+            _write_count(done, said.removeprefix(LINE_PREFIX))
             if not self._sleep(wait_s):
                 return 128 + self.asked[-1]
             wait_s = min(wait_s * 2, _LONGEST_WAIT_S)
@@ -369,10 +369,12 @@ def _end_leftovers(group: int) -> None:
         os.killpg(group, signal.SIGKILL)
 
 
-def _write_count(done: int) -> None:
+def _write_count(done: int, why: str) -> None:
+    """The restarts so far and why the last run ended, for the process runtime's `status`
+    (a busy service's log soon buries the line)."""
     target = os.environ.get("XPYD_RESTARTS_FILE")
     if target:
-        Path(target).write_text(f"{done}\n", encoding="ascii")
+        Path(target).write_text(f"{done}\n{why}\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ def test_with_restarts_it_runs_the_command_again_then_gives_up(tmp_path: Path) -
     )  # fmt: skip
     assert run.returncode == 3
     assert runs.read_text().count("run") == 3
-    assert count.read_text().strip() == "2"
+    assert count.read_text().splitlines() == ["2", "decode-0 exited with 3"]
     assert "decode-0 restarting (1 of 2) in 0.1 s" in run.stderr
     assert "decode-0 restarting (2 of 2) in 0.2 s" in run.stderr
     assert run.stderr.rstrip().endswith("decode-0 gave up after 2 restart(s)")

@@ -222,7 +222,7 @@ class ProcessStack:
             status = "running" if running else "exited"
             ports = listening(entry) if running else ()
             started = entry.get("started") if running else None
-            last_exit = self._last_exit(name) if restarts or not running else None
+            last_exit = self._last_exit(name, running=running) if restarts or not running else None
             states.append(
                 ServiceState(
                     name,
@@ -239,12 +239,18 @@ class ProcessStack:
         return states
 
     def _restarts_of(self, name: str) -> int:
-        text = _text(self.state_dir / f"{name}.restarts").strip()
-        return int(text) if text.isdigit() else 0
+        count = self._restarts_file(name)[:1]
+        return int(count[0]) if count and count[0].isdigit() else 0
 
-    def _last_exit(self, name: str) -> str | None:
-        """The supervisor's last line in the service's log, as `status` shows it."""
+    def _last_exit(self, name: str, *, running: bool) -> str | None:
+        """Why its command last ended, as its supervisor said: written beside the restart
+        count while it runs, or (the supervisor itself gone) its last line in the log."""
+        if running and (why := self._restarts_file(name)[1:2]):
+            return why[0]
         return last_said(self.logs(name, tail=200))
+
+    def _restarts_file(self, name: str) -> list[str]:
+        return _text(self.state_dir / f"{name}.restarts").splitlines()
 
     def _health_of(self, name: str, restarts: int) -> str | None:
         """The last check's answer, at most ``HEALTH_EVERY_S`` old and never one about the
