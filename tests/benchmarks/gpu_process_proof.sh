@@ -4,6 +4,7 @@
 # transport), then seed A's benchmark against the colocated baseline on the same GPU.
 #
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR [up|bench|both]
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR fault [FAULT]
 #
 # STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
 # (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
@@ -13,8 +14,10 @@
 # Run from the checkout, with the Python that runs `python -m generator` as $PYTHON (default
 # python3). As root the engines run in their containers' view (process.isolation: container).
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
+# `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, 50 s of load;
+# its `up` gives the verdict first), then down.
 set -uo pipefail
-stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both}
+stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 python=${PYTHON:-python3}
 extra='["--enforce-eager", "--load-format", "dummy"]'
 [ "$stack" = xpyd-lmcache-1gpu ] && extra='["--enforce-eager", "--no-enable-prefix-caching", "--load-format", "dummy"]'
@@ -28,6 +31,12 @@ settings=(
     --set 'hf={}'  # a local model: no token, no hub
 )
 status=0
+if [ "$what" = fault ]; then
+    "$python" -m generator bench "$stack" "${settings[@]}" --fault "$fault" --fault-duration-s 50 \
+        --run-id "gpu-fault-$stack" || status=1
+    "$python" -m generator down "$stack"
+    exit "$status"
+fi
 if [ "$what" != bench ]; then
     "$python" -m generator up "$stack" "${settings[@]}" --run-id "gpu-proof-$stack-up" || status=1
 fi
