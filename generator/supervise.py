@@ -2,7 +2,7 @@
 
     python3 /opt/xpyd/supervise.py SERVICE -- COMMAND...
     python3 generator/supervise.py --restarts N SERVICE -- COMMAND...
-    python3 /opt/xpyd/supervise.py --needs-registered URL [--waits-released S] SERVICE -- COMMAND...
+    python3 /opt/xpyd/supervise.py --needs-registered URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --restarts-with URL [--restarts-with URL] SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree]
 
@@ -27,12 +27,6 @@ once, at start, so a server that restarted answers without it (``registered_gpu_
 ``registered_non_cuda_instance_ids`` empty) and every request to the engine hangs. Once the
 engine was seen registered, two such answers in a row make the supervisor end the command as
 a crash (exit 1, with a line saying why), and the runtime's policy starts it again.
-
-With ``--waits-released S`` as well (a nixl-mp engine on a GPU) it waits, before each start
-of the command, while that /status still lists a registration, at most S seconds: one engine
-per server, so what is listed is a dead predecessor's, and the server holds that engine's KV
-memory (imported over CUDA IPC) until its reaper lets the silent engine go; started before
-that, the engine finds the GPU too full to start (measured on an H200) and burns its restarts.
 
 With ``--restarts-with URL`` (an lmcache-pd prefiller: each decoder's /metrics) it watches a
 peer's process: a sender keeps its connection to each decoder it met and never makes a new
@@ -93,9 +87,6 @@ _WATCH_MISSES = 2
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
 _RESTARTING = "restarting ("  # its announcement of the next run: "SERVICE restarting (1 of 5)"
 _SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
-_RELEASE_POLL_S = min(1.0, _WATCH_EVERY_S)
-_OPTIONS = ("--restarts", "--needs-registered", "--waits-released", "--restarts-with")
-_COUNTS = ("--restarts", "--waits-released")
 
 
 def last_said(log: str) -> str | None:
@@ -170,13 +161,9 @@ def send(signame: str, service: str, *, tree: bool) -> int:
     return 0
 
 
-def watch_options(
-    registered_at: str | None, restarts_with: Sequence[str], release_wait_s: int | None = None
-) -> list[str]:
+def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> list[str]:
     """A service's watches as this supervisor's options (both runtimes pass them)."""
     registration = ["--needs-registered", registered_at] if registered_at else []
-    if registered_at and release_wait_s is not None:
-        registration += ["--waits-released", str(release_wait_s)]
     return registration + [part for url in restarts_with for part in ("--restarts-with", url)]
 
 
@@ -184,30 +171,24 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--signal"] and len(argv) in (3, 4):
         return send(argv[1], argv[2], tree=argv[3:] == ["--tree"])
     restarts, watches = 0, list[Callable[[], _Watch]]()
-    store: str | None = None
-    release_wait_s: int | None = None
-    while argv[:1] in ([option] for option in _OPTIONS):
-        if len(argv) < 2 or (argv[0] in _COUNTS and not argv[1].isdigit()):
+    while argv[:1] in (["--restarts"], ["--needs-registered"], ["--restarts-with"]):
+        if len(argv) < 2 or (argv[0] == "--restarts" and not argv[1].isdigit()):
             break
         option, value, argv = argv[0], argv[1], argv[2:]
         if option == "--restarts":
             restarts = int(value)
-        elif option == "--waits-released":
-            release_wait_s = int(value)
         elif option == "--needs-registered":
-            store = value
             watches.append(functools.partial(_Registration, value))
         else:
             watches.append(functools.partial(_PeerStart, value))
-    if len(argv) < 3 or argv[1] != "--" or (release_wait_s is not None and store is None):
+    if len(argv) < 3 or argv[1] != "--":
         print(
-            "usage: supervise.py [--restarts N] [--needs-registered URL [--waits-released S]]"
-            " [--restarts-with URL]... SERVICE -- COMMAND...",
+            "usage: supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]..."
+            " SERVICE -- COMMAND...",
             file=sys.stderr,
         )
         return 2
-    release = _Release(store, release_wait_s) if store and release_wait_s is not None else None
-    return _Supervisor(argv[0], argv[2:], restarts, watches, release).run()
+    return _Supervisor(argv[0], argv[2:], restarts, watches).run()
 
 
 class _Supervisor:
@@ -217,11 +198,9 @@ class _Supervisor:
         command: list[str],
         restarts: int,
         watches: Sequence[Callable[[], _Watch]] = (),
-        release: _Release | None = None,
     ) -> None:
         self.service, self.command, self.restarts = service, command, restarts
         self.watches = watches  # fresh ones for each run of the command
-        self.release = release
         self.asked: list[int] = []
         self.child: subprocess.Popen[bytes] | None = None
 
@@ -238,10 +217,6 @@ class _Supervisor:
             signal.signal(signum, self.forward)
         done, wait_s = 0, _FIRST_WAIT_S
         while True:
-            if self.release is not None:
-                self.release.wait(self._say, lambda: bool(self.asked))
-                if self.asked:  # stopped while it waited: nothing to start
-                    return 128 + self.asked[-1]
             started = time.monotonic()
             returncode = self._run_once()
             asked = bool(self.asked)
@@ -310,28 +285,6 @@ def registered_at(url: str) -> bool | None:
         return None
     keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")
     return any(status.get(key) for key in keys) if isinstance(status, dict) else None
-
-
-class _Release:
-    """Waits while the KV store at ``url`` lists a registration, at most ``within_s``."""
-
-    def __init__(self, url: str, within_s: int) -> None:
-        self.url, self.within_s = url, within_s
-
-    def wait(self, say: Callable[[str], None], stopping: Callable[[], bool]) -> None:
-        started = time.monotonic()
-        if not registered_at(self.url):
-            return  # nobody listed, or no answer (the store is starting: nothing to wait for)
-        say(
-            f"waits for {self.url} to let its last run's KV registration go (its GPU memory; "
-            f"at most {self.within_s} s)"
-        )
-        while registered_at(self.url) and not stopping():
-            if time.monotonic() - started >= self.within_s:
-                say(f"still registered at {self.url} after {self.within_s} s: starting anyway")
-                return
-            time.sleep(_RELEASE_POLL_S)
-        say(f"released after {time.monotonic() - started:.1f} s")
 
 
 class _Watch(Protocol):

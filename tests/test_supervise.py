@@ -73,13 +73,6 @@ def test_usage_is_refused() -> None:
     assert "usage" in run.stderr
 
 
-def test_a_wait_for_release_without_a_store_is_refused() -> None:
-    argv = [sys.executable, str(ROOT / SOURCE), "--waits-released", "5", "s", "--", "true"]
-    run = subprocess.run(argv, capture_output=True, text=True, check=False)
-    assert run.returncode == 2
-    assert "--needs-registered URL [--waits-released S]" in run.stderr
-
-
 @pytest.mark.parametrize(
     ("returncode", "asked", "code"),
     [(0, False, 1), (0, True, 0), (3, False, 3), (-15, True, 143), (-9, False, 137)],
@@ -302,59 +295,6 @@ def test_an_engine_never_registered_is_left_alone() -> None:
         store.close()
 
 
-def _waiting(url: str, within_s: int, marker: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / SOURCE), "--needs-registered", url,
-         "--waits-released", str(within_s), "waiting", "--", "touch", str(marker)],
-        stderr=subprocess.PIPE, text=True,
-        env={"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-
-
-def test_an_engine_waits_until_its_store_let_its_predecessor_go(tmp_path: Path) -> None:
-    """A dead engine's registration pins its GPU memory in the store until the store reaps it:
-    the engine starts only once the store lists nobody."""
-    store, started = _Store(), tmp_path / "started"
-    process = _waiting(store.url, 60, started)
-    try:
-        time.sleep(1.5)
-        assert not started.exists()  # still registered: not started
-        store.registered = []  # reaped
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-        store.close()
-    assert started.exists()
-    assert f"waiting waits for {store.url} to let its last run's KV registration go" in stderr
-    assert "waiting released after " in stderr
-
-
-def test_an_engine_starts_anyway_when_the_store_keeps_it_too_long(tmp_path: Path) -> None:
-    store, started = _Store(), tmp_path / "started"
-    process = _waiting(store.url, 1, started)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-        store.close()
-    assert started.exists()
-    assert f"still registered at {store.url} after 1 s: starting anyway" in stderr
-
-
-def test_an_engine_whose_store_lists_nobody_starts_at_once(tmp_path: Path) -> None:
-    store, started = _Store(), tmp_path / "started"
-    store.registered = []
-    begun = time.monotonic()
-    process = _waiting(store.url, 60, started)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-        store.close()
-    assert started.exists() and time.monotonic() - begun < 5
-    assert "waits for" not in stderr
-
-
 class _Peer(_Page):
     """A stand-in for a decoder's Prometheus page (only the line the watch reads): the real
     decoder's restart is in the lmcache-pd fault drill (README, Faults)."""
@@ -443,10 +383,6 @@ def test_the_watch_options_are_what_the_supervisor_parses() -> None:
         "--restarts-with", "http://d1:3/metrics",
     ]  # fmt: skip
     assert watch_options(None, []) == []
-    assert watch_options("http://s:1/status", [], 57) == [
-        "--needs-registered", "http://s:1/status", "--waits-released", "57",
-    ]  # fmt: skip
-    assert watch_options(None, [], 57) == []  # nothing to wait on without a store
 
 
 def test_the_last_thing_said_is_why_it_stopped_not_the_restart_that_followed() -> None:

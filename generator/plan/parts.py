@@ -92,7 +92,6 @@ class NixlMPTopology(Frozen):
     l1_size_gb: float
     eviction_policy: str
     supported_transfer_mode: str
-    reap_after_s: int = 30  # lmcache.server.reap_after_s
     server_extra_args: tuple[str, ...] = ()
     # NIXL's direction (spec nixl.transfer); plan.json leaves out the default.
     transfer: Literal["pull", "push"] = Field("pull", exclude_if=lambda value: value == "pull")

@@ -156,9 +156,7 @@ class ProcessStack:
         if service.max_restarts:
             # No runtime policy restarts a process: its supervisor does, and says so in its log.
             supervisor = [*self._executable(service, "python3"), SUPERVISOR]
-            watch = watch_options(
-                service.registered_at, service.restarts_with, service.release_wait_s
-            )
+            watch = watch_options(service.registered_at, service.restarts_with)
             policy = ["--restarts", str(service.max_restarts), *watch]
             argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv

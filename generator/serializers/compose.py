@@ -149,7 +149,7 @@ def _command(service: Service) -> list[str]:
     if not service.max_restarts:
         return list(service.command)
     peers = [peer.metrics_url for peer in service.restarts_with]
-    watch = watch_options(service.registered_at, peers, service.release_wait_s)
+    watch = watch_options(service.registered_at, peers)
     return ["python3", SUPERVISOR_IN_IMAGE, *watch, service.name, "--", *service.command]
 
 

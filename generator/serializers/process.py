@@ -79,7 +79,6 @@ class ProcessService:
     paths: dict[str, str | None] = field(default_factory=dict)  # the mount table it was mapped by
     max_restarts: int = 0  # restarted by its supervisor after an exit nobody asked for
     registered_at: str | None = None  # Service.registered_at
-    release_wait_s: int | None = None  # Service.release_wait_s
     restarts_with: tuple[str, ...] = ()  # Service.restarts_with's pages
 
 
@@ -157,7 +156,6 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         paths=paths,
         max_restarts=service.max_restarts,
         registered_at=service.registered_at,
-        release_wait_s=service.release_wait_s,
         restarts_with=tuple(peer.metrics_url for peer in service.restarts_with),
     )
 
@@ -238,8 +236,6 @@ def _document(service: ProcessService) -> dict[str, Any]:
         fields["restarts"] = service.max_restarts
     if service.registered_at:
         fields["registered_at"] = service.registered_at
-    if service.release_wait_s is not None:
-        fields["release_wait_s"] = service.release_wait_s
     if service.restarts_with:
         fields["restarts_with"] = list(service.restarts_with)
     fields["paths"] = service.paths
@@ -292,10 +288,5 @@ def _read_service(name: str, fields: dict[str, Any]) -> ProcessService:
         paths=dict(fields.get("paths") or {}),
         max_restarts=int(fields.get("restarts", 0)),
         registered_at=fields.get("registered_at"),
-        release_wait_s=_optional_int(fields.get("release_wait_s")),
         restarts_with=tuple(str(url) for url in fields.get("restarts_with", ())),
     )
-
-
-def _optional_int(value: object) -> int | None:
-    return None if value is None else int(str(value))

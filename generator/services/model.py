@@ -197,9 +197,6 @@ class Service:
     # Its KV store's status page (Topology.registration_url): its supervisor restarts it when
     # the store answers without it registered (the store restarted). Supervised services only.
     registered_at: str | None = None
-    # Before each start its supervisor waits up to this long while that page still lists a
-    # registration: a dead predecessor's, holding its GPU memory (Topology.release_wait_s).
-    release_wait_s: int | None = None
     # Peers whose restart leaves it talking to a process that is gone (Topology.stale_after):
     # its supervisor restarts it when one of them restarts. Supervised services only.
     restarts_with: tuple[PeerWatch, ...] = ()

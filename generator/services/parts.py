@@ -105,7 +105,6 @@ def engine_service(
         service,
         health=health,
         registered_at=topology.registration_url(plan, engine),
-        release_wait_s=topology.release_wait_s(plan, engine),
         restarts_with=_peer_watches(plan, engine.name),
         depends_on=_healthy(sidecars),
         max_restarts=plan.recovery.max_restarts,

@@ -259,17 +259,6 @@ class LMCacheServerSpec(StrictModel):
     l1_size_gb: float | None = Field(None, gt=0, le=1 << 20)
     eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
     supported_transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"] | None = None
-    # A server keeps a dead engine's KV registration, and on a GPU the engine's KV memory
-    # with it (imported over CUDA IPC), until its reaper finds the engine silent this long:
-    # the restarted engine waits for that, or finds the GPU full. LMCache's default is 120 s,
-    # its floor 30 s (3 of the engine's 10 s pings).
-    reap_after_s: int = Field(
-        30,
-        ge=30,
-        le=86_400,
-        description="a silent engine's KV registration (and GPU memory) is let go after this "
-        "(LMCache's --worker-reap-timeout-seconds; at least 30)",
-    )
     extra_args: Args = Field(default_factory=list)
 
 

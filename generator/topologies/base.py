@@ -243,12 +243,6 @@ class TopologyUnit(Protocol):
         it, and the engine's supervisor then restarts the engine. None: nothing to watch."""
         ...
 
-    def release_wait_s(self, plan: Plan, engine: EnginePlan) -> int | None:
-        """How long the engine's supervisor waits, before each start, while its KV store
-        (``registration_url``) still lists a registration: a dead predecessor's, whose GPU
-        memory the store holds until it lets it go (nixl-mp on a GPU). None: no wait."""
-        ...
-
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """Services that keep state about other services' current processes beyond what they
         depend on (KV peers that do not reconnect): each, and the services whose newer start

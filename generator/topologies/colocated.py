@@ -84,9 +84,6 @@ class Colocated:
     def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
         return None
 
-    def release_wait_s(self, plan: Plan, engine: EnginePlan) -> int | None:
-        return None
-
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         return {}
 

@@ -178,9 +178,6 @@ class LMCachePD:
     def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
         return None
 
-    def release_wait_s(self, plan: Plan, engine: EnginePlan) -> int | None:
-        return None
-
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         # A sender keeps its NIXL connection to each decoder it met: after a decoder restarts,
         # its "KV sent" notices never come (measured: 504 after 30 s) until the sender restarts.

@@ -44,8 +44,6 @@ _CPU_L1_SIZE_GB = 0.25  # L1 is allocated up front on CPU; the tiny model needs 
 _GPU_L1_SIZE_GB = 100.0  # the MP docs' value
 _P2P_L1_ALIGN_BYTES = 65536  # what LMCache's P2P docs recommend
 _COORDINATOR = "lmcache-coordinator"
-_ENGINE_PING_S = 10  # vLLM's LMCacheMPConnector pings its server this often (its default)
-_RELEASE_SLACK_S = 10  # the reaper's own work, and the CUDA IPC unmapping after it
 
 
 class NixlMP:
@@ -95,7 +93,6 @@ class NixlMP:
             eviction_policy=given.eviction_policy,
             supported_transfer_mode=given.supported_transfer_mode
             or ("auto" if cpu else "lmcache_driven"),
-            reap_after_s=given.reap_after_s,
             server_extra_args=tuple(given.extra_args),
             transfer=spec.nixl.transfer,
             p2p=_p2p_plan(spec, book),
@@ -201,14 +198,6 @@ class NixlMP:
         server = _kv(engine).lmcache_server
         host = "127.0.0.1" if plan.network == "host" else server.service
         return f"http://{host}:{server.http_port}/status"
-
-    def release_wait_s(self, plan: Plan, engine: EnginePlan) -> int | None:
-        if plan.profile is Profile.CPU:
-            return None  # its KV is host memory: a registration left behind holds no GPU
-        # The server lets a dead engine's registration go once it has been silent reap_after_s
-        # (from its last ping, every 10 s), at the reaper's next look (every quarter of that).
-        reap = _settings(plan).reap_after_s
-        return reap + reap // 4 + _ENGINE_PING_S + _RELEASE_SLACK_S
 
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         if _settings(plan).p2p is None:
@@ -376,7 +365,6 @@ def _lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
     args += ["--eviction-policy", settings.eviction_policy]
     args += ["--chunk-size", str(settings.chunk_size), "--instance-id", engine.name]
     args += ["--supported-transfer-mode", settings.supported_transfer_mode]
-    args += ["--worker-reap-timeout-seconds", str(settings.reap_after_s)]
     if p2p is not None:
         args += _p2p_args(plan, engine, p2p)
     return [*args, *settings.server_extra_args]
