@@ -4,7 +4,7 @@
     python3 generator/supervise.py --restarts N SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --needs-registered URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --restarts-with URL [--restarts-with URL] SERVICE -- COMMAND...
-    python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree]
+    python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
 and Docker's bounded policy (``on-failure:N``) restarts only a non-zero exit; so an exit that
@@ -37,7 +37,9 @@ and starts again with fresh connections.
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID file, ``$XPYD_PID_FILE``): it
 signals the supervised command (``--tree``: and every process under it, so that a
-stopped engine stops whole), never the supervisor, so the runtime sees a crash and not a stop
+stopped engine stops whole; ``--under``: only the processes under it, so that a vLLM engine's
+core stops while its API server still answers /health, as a wedged engine does), never the
+supervisor, so the runtime sees a crash and not a stop
 it was asked for (`docker kill` counts as asked: Docker would not restart it).
 
 Standard library only: it runs in every image (engines, LMCache servers, the router) and in
@@ -86,6 +88,8 @@ _WATCH_EVERY_S = float(os.environ.get("XPYD_WATCH_EVERY_S", "5"))
 _WATCH_MISSES = 2
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
 _RESTARTING = "restarting ("  # its announcement of the next run: "SERVICE restarting (1 of 5)"
+# --signal's reach: the command alone, with every process under it, or only those under it.
+_REACHES: tuple[list[str], ...] = ([], ["--tree"], ["--under"])
 _SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
 
 
@@ -147,14 +151,18 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
-def send(signame: str, service: str, *, tree: bool) -> int:
+def send(signame: str, service: str, *, tree: bool, under: bool = False) -> int:
     signum = signal.Signals[f"SIG{signame}"]
     try:
         command = int(pid_file(service).read_text(encoding="ascii"))
     except (OSError, ValueError):
         print(f"{LINE_PREFIX}no supervised {service} here", file=sys.stderr)
         return 1
-    for pid in _tree(command) if tree else [command]:
+    pids = _tree(command)[1:] if under else _tree(command) if tree else [command]
+    if not pids:
+        print(f"{LINE_PREFIX}{service} runs no process under its command", file=sys.stderr)
+        return 1
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
             print(f"{LINE_PREFIX}sent {signum.name} to {service} (pid {pid})", flush=True)
@@ -168,8 +176,8 @@ def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> li
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--signal"] and len(argv) in (3, 4):
-        return send(argv[1], argv[2], tree=argv[3:] == ["--tree"])
+    if argv[:1] == ["--signal"] and len(argv) in (3, 4) and argv[3:] in _REACHES:
+        return send(argv[1], argv[2], tree=argv[3:] == ["--tree"], under=argv[3:] == ["--under"])
     restarts, watches = 0, list[Callable[[], _Watch]]()
     while argv[:1] in (["--restarts"], ["--needs-registered"], ["--restarts-with"]):
         if len(argv) < 2 or (argv[0] == "--restarts" and not argv[1].isdigit()):

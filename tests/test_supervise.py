@@ -119,6 +119,36 @@ def test_the_signal_mode_stops_and_continues_the_whole_tree() -> None:
     assert child.returncode == 137
 
 
+def test_the_signal_mode_can_stop_only_what_runs_under_the_command() -> None:
+    """hang: a vLLM engine's core stops, its API server (the command) answers on."""
+    service = f"hang-test-{time.monotonic_ns()}"
+    child = supervised_as(service, "sh", "-c", "sleep 60 & wait")
+    time.sleep(0.5)
+    command = int(pid_file(service).read_text(encoding="ascii"))
+    sent = _signal(service, "STOP", "--under")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.count("sent SIGSTOP") == 1  # the sleep, not sh
+    (stopped,) = [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in sent.stdout.splitlines()]
+    assert stopped != command
+    assert _state(stopped) == "T"
+    assert _state(command) != "T"
+    assert _signal(service, "CONT", "--under").returncode == 0
+    assert _state(stopped) != "T"
+    assert _signal(service, "KILL", "--tree").returncode == 0
+    child.communicate(timeout=10)
+
+
+def test_the_signal_mode_says_when_nothing_runs_under_the_command() -> None:
+    service = f"alone-test-{time.monotonic_ns()}"
+    child = supervised_as(service, "sleep", "60")
+    time.sleep(0.5)
+    sent = _signal(service, "STOP", "--under")
+    assert sent.returncode == 1
+    assert f"{service} runs no process under its command" in sent.stderr
+    assert _signal(service, "KILL").returncode == 0
+    child.communicate(timeout=10)
+
+
 def test_the_signal_mode_says_when_there_is_no_such_service() -> None:
     sent = _signal("no-such-service-here", "KILL")
     assert sent.returncode == 1

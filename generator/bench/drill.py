@@ -220,11 +220,13 @@ def _inject(context: RunContext, fault: Fault, origin: float, result: DrillResul
             _restore(context, result)
             return
         runtime = context.host_of(fault.target).runtime
-        if fault.action is FaultAction.STOP:
-            result.injected = signal_service(runtime, fault.target, "STOP", tree=True)
+        if fault.action in (FaultAction.STOP, FaultAction.HANG):
+            whole = fault.action is FaultAction.STOP  # hang: its API server goes on answering
+            reach = {"tree": whole, "under": not whole}
+            result.injected = signal_service(runtime, fault.target, "STOP", **reach)
             result.injected_in_s = time.monotonic() - started
             _sleep_until(origin + fault.at_s + (fault.for_s or 0.0))
-            result.injected += signal_service(runtime, fault.target, "CONT", tree=True)
+            result.injected += signal_service(runtime, fault.target, "CONT", **reach)
         else:
             signame = "KILL" if fault.action is FaultAction.KILL else "TERM"
             result.injected = signal_service(runtime, fault.target, signame, tree=False)

@@ -6,6 +6,9 @@ asked for; a link cut from inside each host's network stack (generator/docker/ne
     kill:decode-0@10       SIGKILL to decode-0's command 10 s into the load (a crash)
     term:lmcache-decode-0@10   SIGTERM (vLLM and LMCache shut down cleanly, then exit 0)
     stop:prefill-0@10+15   SIGSTOP to the command and all its processes for 15 s, then SIGCONT
+    hang:decode-0@10+30    SIGSTOP to an engine's processes under its command (vLLM's engine
+                           core) for 30 s: its API server still answers /health, as a wedged
+                           engine's does (what our proxy's stall check is for)
     cut:host-a@10+15       host-a and every other host of the stack drop each other's packets
                            for 15 s (multi-host stacks)
 """
@@ -43,12 +46,13 @@ class FaultAction(StrEnum):
     KILL = "kill"
     TERM = "term"
     STOP = "stop"
+    HANG = "hang"
     CUT = "cut"
 
     @property
     def lasts(self) -> bool:
         """Undone after +D seconds."""
-        return self in (FaultAction.STOP, FaultAction.CUT)
+        return self in (FaultAction.STOP, FaultAction.HANG, FaultAction.CUT)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Fault:
     action: FaultAction
     target: str  # a service; for a cut, a host
     at_s: float  # seconds after the load starts
-    for_s: float | None = None  # stop, cut: how long it lasts
+    for_s: float | None = None  # stop, hang, cut: how long it lasts
 
     @property
     def label(self) -> str:
@@ -77,8 +81,8 @@ def parse_fault(text: str, plan: Plan) -> Fault:
     if match is None:
         raise FaultError(
             f"{text!r} is not ACTION:TARGET@T[+D]",
-            fix="e.g. kill:decode-0@10, term:lmcache-decode-0@10, stop:prefill-0@10+15 or "
-            "cut:host-a@10+15",
+            fix="e.g. kill:decode-0@10, term:lmcache-decode-0@10, stop:prefill-0@10+15, "
+            "hang:decode-0@10+30 or cut:host-a@10+15",
         )
     try:
         action = FaultAction(match["action"])
@@ -95,6 +99,12 @@ def parse_fault(text: str, plan: Plan) -> Fault:
                 f"{plan.stack} has no service {target!r} that a fault can hit",
                 fix=f"one of {', '.join(services)}",
             )
+        engines = [engine.name for engine in plan.engines]
+        if action is FaultAction.HANG and target not in engines:
+            raise FaultError(
+                f"{target} is no engine: hang stops the engine core under a vLLM API server",
+                fix=f"hang one of {', '.join(engines)}, or stop:{target}@T+D",
+            )
         if not plan.recovery.max_restarts:
             # The signal goes through the service's supervisor, and only restarted services
             # run under one: with none, nothing would bring it back either.
@@ -107,10 +117,11 @@ def parse_fault(text: str, plan: Plan) -> Fault:
         raise FaultError(f"{at_s:g} s is too late", fix=f"at most {_MAX_AT_S:g} s")
     for_s = float(match["for"]) if match["for"] is not None else None
     if (for_s is None) == action.lasts:
-        problem = f"{action.value} needs how long (+D)" if action.lasts else "only stop, cut last"
+        lasting = "only stop, hang and cut last"
+        problem = f"{action.value} needs how long (+D)" if action.lasts else lasting
         raise FaultError(
             problem,
-            fix="kill:SERVICE@T, term:SERVICE@T, stop:SERVICE@T+D, cut:HOST@T+D",
+            fix="kill:SERVICE@T, term:SERVICE@T, stop:SERVICE@T+D, hang:ENGINE@T+D, cut:HOST@T+D",
         )
     fault = Fault(action, target, at_s, for_s)
     if action is FaultAction.CUT and not fault.watched(plan):
@@ -152,8 +163,11 @@ def _restarted_services(plan: Plan) -> list[str]:
     return [*names, *(sidecar.service for sidecar in plan.sidecars), plan.router.service]
 
 
-def signal_service(runtime: ServiceRuntime, service: str, signame: str, *, tree: bool) -> str:
-    """Sends SIG``signame`` to the service's supervised command (and, with ``tree``, every
-    process under it) from inside its container."""
+def signal_service(
+    runtime: ServiceRuntime, service: str, signame: str, *, tree: bool, under: bool = False
+) -> str:
+    """Sends SIG``signame`` to the service's supervised command (with ``tree``, and every
+    process under it; with ``under``, only those) from inside its container."""
     command = ["python3", SUPERVISOR_IN_IMAGE, "--signal", signame, service]
-    return runtime.execute(service, command + (["--tree"] if tree else []))
+    reach = ["--tree"] if tree else ["--under"] if under else []
+    return runtime.execute(service, command + reach)

@@ -303,10 +303,12 @@ def bench(
         str | None,
         typer.Option(
             help="ACTION:SERVICE@T[+D]: kill (SIGKILL), term (SIGTERM) or stop (SIGSTOP for D "
-            "s) an engine, LMCache server or the router T s into a steady load; the report "
+            "s) an engine, LMCache server or the router T s into a steady load, or hang an "
+            "engine (SIGSTOP to its core only: it still answers /health); the report "
             "(fault.md) gives failures per second, time to ejection and to recovery, and the "
             "verdict after. Multi-host stacks: cut:HOST@T+D cuts HOST off the other hosts "
-            "for D s. E.g. kill:decode-0@10, stop:prefill-0@10+15, cut:host-a@10+15.",
+            "for D s. E.g. kill:decode-0@10, stop:prefill-0@10+15, hang:decode-0@10+40, "
+            "cut:host-a@10+15.",
             rich_help_panel=FAULT_PANEL,
             show_default=False,
         ),
