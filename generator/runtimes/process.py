@@ -17,6 +17,7 @@ the service's Python at most every ``HEALTH_EVERY_S``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -42,6 +43,7 @@ from generator.runtimes.groups import (
 )
 from generator.runtimes.isolation import ContainerView, PidNamespace, view_command
 from generator.serializers.process import (
+    SECRETS_DIR,
     ProcessProject,
     ProcessService,
     load_process_project,
@@ -110,11 +112,19 @@ class ProcessStack:
     # --- starting -----------------------------------------------------------------------
 
     def up(self, services: list[str]) -> None:
+        """Starts what is not running, and again what runs by another definition than the
+        plan's now (as compose recreates a changed service: a `--set` on the router, its
+        config file's content)."""
         state = self._read_state()
         for name in services:
+            service = self._plan.service(name)
             if name in state and alive(state[name]):
-                continue
-            state[name] = self._start(self._plan.service(name))
+                definition = self._definition(service)
+                if state[name].get("definition", definition) == definition:
+                    continue  # (a state from before definitions were kept: left as it runs)
+                stop_group(state[name], grace_s=min(service.stop_grace_s, _MAX_GRACE_S))
+                self._health.pop(name, None)
+            state[name] = self._start(service)
             self._write_state(state)
 
     def restart(self, services: list[str]) -> None:
@@ -144,7 +154,18 @@ class ProcessStack:
             *self._argv(service, service.command),
         ]
         pid = spawn_service(argv, env, self.root, self.logs_dir / f"{service.name}.log")
-        return {"pid": pid, "started": create_time(pid), "exit_file": str(exit_file)}
+        started = {"pid": pid, "started": create_time(pid), "exit_file": str(exit_file)}
+        return started | {"definition": self._definition(service)}
+
+    def _definition(self, service: ProcessService) -> str:
+        """A digest of what the service runs: its plan entry and the files it is given (its
+        configs; secrets left out, their values are not ours to keep, even hashed)."""
+        digest = hashlib.sha256(repr(service).encode())
+        for target, source in sorted(service.paths.items()):
+            path = self.root / source if source is not None else None
+            if path is not None and not target.startswith(SECRETS_DIR) and path.is_file():
+                digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
 
     def _argv(self, service: ProcessService, command: Sequence[str]) -> list[str]:
         argv = [*self._executable(service, command[0]), *command[1:]]

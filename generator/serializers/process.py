@@ -37,6 +37,7 @@ from generator.services.model import (
 __all__ = [
     "IMAGE_PATHS",
     "PLAN_FILE",
+    "SECRETS_DIR",
     "STATE_DIR",
     "ProcessProject",
     "ProcessService",
@@ -51,7 +52,7 @@ STATE_DIR = PurePosixPath(".cache/process")  # per project: pids, logs, caches (
 # What the engine images hold besides their venv, and where a process finds it instead: the
 # synthetic models `up` makes for the process runtime (images/assets/make_tiny_model.py).
 IMAGE_PATHS: dict[str, str | None] = {"/opt/xpyd/models": ".cache/models"}
-_SECRETS_DIR = "/run/secrets"
+SECRETS_DIR = "/run/secrets"
 Interpreter = Literal["engine", "router"]
 
 
@@ -179,7 +180,7 @@ def _path_table(host: HostServices, service: Service) -> dict[str, str | None]:
     for config in service.configs:
         table[config.target] = str(host.directory / config.path)
     for secret in (s for s in host.secrets if s.name in service.secrets):
-        table[f"{_SECRETS_DIR}/{secret.name}"] = secret.value if secret.source == "file" else None
+        table[f"{SECRETS_DIR}/{secret.name}"] = secret.value if secret.source == "file" else None
     return dict(sorted(table.items(), key=lambda item: -len(item[0])))
 
 

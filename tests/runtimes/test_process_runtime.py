@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 import psutil
@@ -80,6 +81,29 @@ def test_a_service_runs_becomes_healthy_and_logs(stack: ProcessStack) -> None:
     finally:
         stack.down()
     assert stack.ps() == []
+
+
+def test_up_replaces_a_running_service_whose_definition_changed(tmp_path: Path) -> None:
+    """As compose recreates a changed service: a second `up` with another router (`--set`)
+    must not leave the first one serving."""
+    port = free_port()
+    first = ProcessStack(project(http_service("web", port)), tmp_path, PYTHONS)
+    first.up(["web"])
+    try:
+        wait_for(lambda: state_of(first, "web")[1] == "healthy")
+        (before,) = first.ps()
+        first.up(["web"])  # the same definition: left running
+        assert [s.container for s in first.ps()] == [before.container]
+        changed = replace(http_service("web", port), env={"GREETING": "from another plan"})
+        second = ProcessStack(project(changed), tmp_path, PYTHONS)
+        second.up(["web"])
+        (after,) = second.ps()
+        assert after.container != before.container
+        assert not psutil.pid_exists(int(before.container.split()[1]))
+        wait_for(lambda: state_of(second, "web")[1] == "healthy")
+    finally:
+        first.down()
+    assert first.ps() == []
 
 
 def test_restart_replaces_the_process_and_moves_its_start(stack: ProcessStack) -> None:
