@@ -115,8 +115,12 @@ def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> Be
 
 
 def describe_hardware(plan: Plan) -> str:
-    """What the numbers were measured on: the engines' share, and this machine's CPU or the
-    GPUs its driver lists (a remote host's GPUs are named by the spec only)."""
+    """What the numbers were measured on: the engines' share, this machine's CPU or the GPUs
+    its driver lists (a remote host's GPUs are named by the spec only), and what ran them."""
+    return f"{_engines_on(plan)}; {plan.runtime.value} runtime"
+
+
+def _engines_on(plan: Plan) -> str:
     count = len(plan.engines)
     if plan.profile is Profile.CPU:
         cores = len({(engine.host, core) for engine in plan.engines for core in engine.cpus})

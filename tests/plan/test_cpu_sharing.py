@@ -47,3 +47,4 @@ def test_a_bench_report_names_shared_cores(workspace: Workspace) -> None:
     )
     alone = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     assert describe_hardware(alone).startswith("cpu profile: 2 engines on 2 pinned cores of ")
+    assert describe_hardware(alone).endswith("; compose runtime")  # what ran the engines
