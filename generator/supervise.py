@@ -62,13 +62,14 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import Literal, Protocol
 
 __all__ = [
     "IN_IMAGE",
     "LINE_PREFIX",
     "PID_FILE_ENV",
     "SOURCE",
+    "Reach",
     "exit_code",
     "last_said",
     "main",
@@ -89,7 +90,12 @@ _WATCH_MISSES = 2
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
 _RESTARTING = "restarting ("  # its announcement of the next run: "SERVICE restarting (1 of 5)"
 # --signal's reach: the command alone, with every process under it, or only those under it.
-_REACHES: tuple[list[str], ...] = ([], ["--tree"], ["--under"])
+Reach = Literal["command", "tree", "under"]
+_REACH_OPTIONS: dict[tuple[str, ...], Reach] = {
+    (): "command",
+    ("--tree",): "tree",
+    ("--under",): "under",
+}
 _SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
 
 
@@ -151,14 +157,14 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
-def send(signame: str, service: str, *, tree: bool, under: bool = False) -> int:
+def send(signame: str, service: str, reach: Reach = "command") -> int:
     signum = signal.Signals[f"SIG{signame}"]
     try:
         command = int(pid_file(service).read_text(encoding="ascii"))
     except (OSError, ValueError):
         print(f"{LINE_PREFIX}no supervised {service} here", file=sys.stderr)
         return 1
-    pids = _tree(command)[1:] if under else _tree(command) if tree else [command]
+    pids = {"command": [command], "tree": _tree(command), "under": _tree(command)[1:]}[reach]
     if not pids:
         print(f"{LINE_PREFIX}{service} runs no process under its command", file=sys.stderr)
         return 1
@@ -176,8 +182,8 @@ def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> li
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--signal"] and len(argv) in (3, 4) and argv[3:] in _REACHES:
-        return send(argv[1], argv[2], tree=argv[3:] == ["--tree"], under=argv[3:] == ["--under"])
+    if argv[:1] == ["--signal"] and len(argv) in (3, 4) and tuple(argv[3:]) in _REACH_OPTIONS:
+        return send(argv[1], argv[2], _REACH_OPTIONS[tuple(argv[3:])])
     restarts, watches = 0, list[Callable[[], _Watch]]()
     while argv[:1] in (["--restarts"], ["--needs-registered"], ["--restarts-with"]):
         if len(argv) < 2 or (argv[0] == "--restarts" and not argv[1].isdigit()):

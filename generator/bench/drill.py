@@ -32,6 +32,7 @@ from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
 from generator.routers import router_of
 from generator.runtimes.base import ServiceState
+from generator.supervise import Reach
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
@@ -221,15 +222,15 @@ def _inject(context: RunContext, fault: Fault, origin: float, result: DrillResul
             return
         runtime = context.host_of(fault.target).runtime
         if fault.action in (FaultAction.STOP, FaultAction.HANG):
-            whole = fault.action is FaultAction.STOP  # hang: its API server goes on answering
-            reach = {"tree": whole, "under": not whole}
-            result.injected = signal_service(runtime, fault.target, "STOP", **reach)
+            # hang: its API server goes on answering
+            reach: Reach = "tree" if fault.action is FaultAction.STOP else "under"
+            result.injected = signal_service(runtime, fault.target, "STOP", reach)
             result.injected_in_s = time.monotonic() - started
             _sleep_until(origin + fault.at_s + (fault.for_s or 0.0))
-            result.injected += signal_service(runtime, fault.target, "CONT", **reach)
+            result.injected += signal_service(runtime, fault.target, "CONT", reach)
         else:
             signame = "KILL" if fault.action is FaultAction.KILL else "TERM"
-            result.injected = signal_service(runtime, fault.target, signame, tree=False)
+            result.injected = signal_service(runtime, fault.target, signame)
             result.injected_in_s = time.monotonic() - started
     except XpydError as error:  # recorded: the report says the fault never happened
         result.injected = f"failed: {error.message}"

@@ -25,6 +25,7 @@ from generator.plan import Plan
 from generator.runtimes import ServiceRuntime
 from generator.spec.identity import machine_address
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
+from generator.supervise import Reach
 
 __all__ = ["Fault", "FaultAction", "FaultError", "parse_fault", "signal_service"]
 
@@ -164,10 +165,9 @@ def _restarted_services(plan: Plan) -> list[str]:
 
 
 def signal_service(
-    runtime: ServiceRuntime, service: str, signame: str, *, tree: bool, under: bool = False
+    runtime: ServiceRuntime, service: str, signame: str, reach: Reach = "command"
 ) -> str:
-    """Sends SIG``signame`` to the service's supervised command (with ``tree``, and every
-    process under it; with ``under``, only those) from inside its container."""
+    """Sends SIG``signame`` to the service's supervised command (``tree``: and every process
+    under it; ``under``: only those) from inside its container."""
     command = ["python3", SUPERVISOR_IN_IMAGE, "--signal", signame, service]
-    reach = ["--tree"] if tree else ["--under"] if under else []
-    return runtime.execute(service, command + reach)
+    return runtime.execute(service, command + ([] if reach == "command" else [f"--{reach}"]))

@@ -60,6 +60,7 @@ __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "render
 HEALTH_EVERY_S = 5.0
 _HEALTH_TIMEOUT_S = 10.0
 _MAX_GRACE_S = 30.0
+_DIGESTED_FILE_MAX_BYTES = 1 << 20  # configs are small; a larger file is read by size and time
 _EXECUTE_TIMEOUT_S = 60.0
 # The caller's Python environment must not leak into the services' own.
 _DROPPED_ENV = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__")
@@ -122,7 +123,7 @@ class ProcessStack:
                 definition = self._definition(service)
                 if state[name].get("definition", definition) == definition:
                     continue  # (a state from before definitions were kept: left as it runs)
-                stop_group(state[name], grace_s=min(service.stop_grace_s, _MAX_GRACE_S))
+                stop_group(state[name], grace_s=min(_grace_s(self._plan, name), _MAX_GRACE_S))
                 self._health.pop(name, None)
             state[name] = self._start(service)
             self._write_state(state)
@@ -163,8 +164,13 @@ class ProcessStack:
         digest = hashlib.sha256(repr(service).encode())
         for target, source in sorted(service.paths.items()):
             path = self.root / source if source is not None else None
-            if path is not None and not target.startswith(SECRETS_DIR) and path.is_file():
-                digest.update(path.read_bytes())
+            if path is None or target.startswith(SECRETS_DIR) or not path.is_file():
+                continue
+            size = path.stat().st_size  # a large bound file (a model) by its size and time
+            small = size <= _DIGESTED_FILE_MAX_BYTES
+            digest.update(
+                path.read_bytes() if small else f"{size} {path.stat().st_mtime_ns}".encode()
+            )
         return digest.hexdigest()[:16]
 
     def _argv(self, service: ProcessService, command: Sequence[str]) -> list[str]:

@@ -174,7 +174,7 @@ def test_a_fault_hits_its_own_stacks_service_only(tmp_path: Path) -> None:
     try:
         wait_for(lambda: all((s.state_dir / "decode-0.pid").exists() for s in stacks))
         commands = [(s.state_dir / "decode-0.pid").read_text() for s in stacks]
-        said = signal_service(hit, "decode-0", "KILL", tree=False)
+        said = signal_service(hit, "decode-0", "KILL")
         assert f"sent SIGKILL to decode-0 (pid {commands[0]})" in said
         wait_for(lambda: hit.ps()[0].restarts == 1)
         assert hit.ps()[0].last_exit == "decode-0 was killed by SIGKILL"
@@ -205,7 +205,7 @@ def test_a_restarted_command_does_not_inherit_the_health_of_the_one_before(
     stack.up(["web"])
     try:
         wait_for(lambda: state_of(stack, "web")[1] == "healthy")  # checked just now
-        signal_service(stack, "web", "KILL", tree=False)
+        signal_service(stack, "web", "KILL")
         wait_for(lambda: stack.ps()[0].restarts == 1, timeout_s=4)  # within the check's pace
         assert state_of(stack, "web") == ("running", "starting", None)
     finally:
