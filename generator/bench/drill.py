@@ -19,7 +19,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +55,19 @@ class Sample:
     status: str  # the runtime's: running, exited, restarting, ...
     health: str | None
     restarts: int
-    in_rotation: bool | None  # the router's view; None: it did not answer
+    in_rotation: bool | None  # the router's view; None: no router routes to it
     # Engines registered with the faulted service (its LMCache server): healthy again, and
     # started since it did (their supervisor restarts them). None: no such engine.
     followers_back: bool | None = None
+    # The router's metrics page did not answer this look (a 2 s limit, on a busy machine):
+    # the look says nothing of rotation, so it neither ends nor starts an outage. Counted as
+    # in rotation, one such look once made a cut prefiller "whole" while it was still cut.
+    router_silent: bool = False
 
     def look(self) -> str:
         """Whole, or the first reason it is not (for the report's per-second table)."""
+        if self.router_silent:
+            return "router did not answer"
         if self.status != "running":
             return self.status
         if self.health not in (None, "healthy"):
@@ -135,7 +141,7 @@ class DrillResult:
         """The first look after the fault at which the service was whole again, having been
         out since (down, unhealthy, out of rotation, or restarted between two looks)."""
         restarts = self._restarts_before()
-        after = [s for s in self.samples if s.at_s >= self.fault_at_s]
+        after = self._told_after_fault()
         left = next(
             (i for i, s in enumerate(after) if not _whole(s) or s.restarts > restarts), None
         )
@@ -143,11 +149,15 @@ class DrillResult:
             return None
         return next((s.at_s for s in after[left:] if _whole(s)), None)
 
+    def _told_after_fault(self) -> list[Sample]:
+        """The looks from the fault on that said something (the router answered)."""
+        return [s for s in self.samples if s.at_s >= self.fault_at_s and not s.router_silent]
+
     def never_out(self) -> bool:
         """Whole at every look from the fault through its end and a look past it: nothing
         came back because nothing left (a router that never noticed a short cut)."""
         end = self.fault_at_s + (self.fault_for_s or 0.0)
-        after = [s for s in self.samples if s.at_s >= self.fault_at_s]
+        after = self._told_after_fault()
         restarts = self._restarts_before()
         return any(s.at_s > end + _WATCH_EVERY_S for s in after) and all(
             _whole(s) and s.restarts <= restarts for s in after
@@ -264,7 +274,12 @@ def _watch(
         for runtime in runtimes.values():
             with contextlib.suppress(XpydError):  # an engine that does not answer: "missing"
                 states |= {s.service: s for s in runtime.ps()}
-        out.append(combined_sample(looked - origin, states, services, in_rotation(), followers))
+        try:
+            rotation, silent = in_rotation(), False
+        except XpydError:
+            rotation, silent = None, True
+        sample = combined_sample(looked - origin, states, services, rotation, followers)
+        out.append(replace(sample, router_silent=silent))
         stop.wait(max(0.0, _WATCH_EVERY_S - (time.monotonic() - looked)))
 
 
@@ -320,7 +335,8 @@ def followers_back_of(
 
 
 def _rotation_reader(plan: Plan, services: list[str]) -> Callable[[], bool | None]:
-    """The router says which engines are in rotation (its ``rotation_series``): all of them?"""
+    """The router says which engines are in rotation (its ``rotation_series``): all of them?
+    None: no router routes to them; XpydError: its metrics page did not answer."""
     engines = {engine.name for engine in plan.engines}
     if not set(services) <= engines:
         return lambda: None  # a router routes to engines only
@@ -329,12 +345,9 @@ def _rotation_reader(plan: Plan, services: list[str]) -> Callable[[], bool | Non
     url = f"http://{plan.reach_address(page.host)}:{page.port}{page.path}"
     series = [router.rotation_series(plan, service) for service in services]
 
-    def read() -> bool | None:
+    def read() -> bool:
         with ProbeClient(plan.stack, timeout_s=2.0) as client:
-            try:
-                samples = client.scrape(plan.router.service, url)
-            except XpydError:
-                return None
+            samples = client.scrape(plan.router.service, url)  # XpydError: it did not answer
         return all(metric_sum(samples, metric, labels) > 0 for metric, labels in series)
 
     return read
@@ -364,7 +377,8 @@ def _over(result: DrillResult) -> bool:
 
 
 def _whole_now(result: DrillResult) -> bool:
-    return bool(result.samples) and _whole(result.samples[-1]) and _over(result)
+    told = [s for s in result.samples if not s.router_silent]
+    return bool(told) and _whole(told[-1]) and _over(result)
 
 
 def _verdict(

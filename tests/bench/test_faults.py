@@ -194,6 +194,23 @@ def test_a_cut_the_router_never_noticed_is_never_out_only_once_it_is_over(
     assert not result.never_out()
 
 
+def test_a_look_the_router_did_not_answer_says_nothing_of_rotation(tmp_path: Path) -> None:
+    """Mid-cut, the router's metrics page timed out once: that look is neither back nor out,
+    so the service is whole again only at the first answered look after the cut."""
+    silent = replace(_look(13.0, rotation=False), in_rotation=None, router_silent=True)
+    samples = [_look(9.0), _look(12.0, rotation=False), silent, _look(27.0)]
+    result = _result(OUTCOMES, samples)
+    result.fault_for_s = 15.0
+    assert silent.look() == "router did not answer"
+    assert result.back_at() == pytest.approx(27.0)
+    assert result.summary()["ejected_after_s"] == pytest.approx(2.0)
+    unnoticed = _result(OUTCOMES, [_look(9.0), silent, _look(27.0)])
+    unnoticed.fault_for_s = 15.0
+    assert unnoticed.never_out()  # the silent look did not take it out either
+    text = write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    assert "| 13 | 0 | 0 | router did not answer |" in text
+
+
 def test_a_killed_lmcache_server_is_whole_only_once_its_engine_registered_again() -> None:
     """The server comes back first; its engine's supervisor then restarts the engine (it lost
     its registration): the stack is whole only when that engine is healthy and newer."""
