@@ -60,8 +60,8 @@ class Sample:
     # started since it did (their supervisor restarts them). None: no such engine.
     followers_back: bool | None = None
     # The router's metrics page did not answer this look (a 2 s limit, on a busy machine):
-    # the look says nothing of rotation, so it neither ends nor starts an outage. Counted as
-    # in rotation, one such look once made a cut prefiller "whole" while it was still cut.
+    # the look says nothing of rotation, so it neither ends nor starts an outage (counted
+    # as in rotation, it would make a cut prefiller "whole" while it is still cut).
     router_silent: bool = False
 
     def look(self) -> str:
