@@ -164,7 +164,7 @@ def send(signame: str, service: str, reach: Reach = "command") -> int:
     except (OSError, ValueError):
         print(f"{LINE_PREFIX}no supervised {service} here", file=sys.stderr)
         return 1
-    pids = {"command": [command], "tree": _tree(command), "under": _tree(command)[1:]}[reach]
+    pids = [command] if reach == "command" else _tree(command)[1 if reach == "under" else 0 :]
     if not pids:
         print(f"{LINE_PREFIX}{service} runs no process under its command", file=sys.stderr)
         return 1

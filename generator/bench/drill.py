@@ -141,7 +141,7 @@ class DrillResult:
         """The first look after the fault at which the service was whole again, having been
         out since (down, unhealthy, out of rotation, or restarted between two looks)."""
         restarts = self._restarts_before()
-        after = self._told_after_fault()
+        after = self.told(self.fault_at_s)
         left = next(
             (i for i, s in enumerate(after) if not _whole(s) or s.restarts > restarts), None
         )
@@ -149,15 +149,15 @@ class DrillResult:
             return None
         return next((s.at_s for s in after[left:] if _whole(s)), None)
 
-    def _told_after_fault(self) -> list[Sample]:
-        """The looks from the fault on that said something (the router answered)."""
-        return [s for s in self.samples if s.at_s >= self.fault_at_s and not s.router_silent]
+    def told(self, since_s: float = 0.0) -> list[Sample]:
+        """The looks from ``since_s`` on that said something (the router answered)."""
+        return [s for s in self.samples if s.at_s >= since_s and not s.router_silent]
 
     def never_out(self) -> bool:
         """Whole at every look from the fault through its end and a look past it: nothing
         came back because nothing left (a router that never noticed a short cut)."""
         end = self.fault_at_s + (self.fault_for_s or 0.0)
-        after = self._told_after_fault()
+        after = self.told(self.fault_at_s)
         restarts = self._restarts_before()
         return any(s.at_s > end + _WATCH_EVERY_S for s in after) and all(
             _whole(s) and s.restarts <= restarts for s in after
@@ -377,7 +377,7 @@ def _over(result: DrillResult) -> bool:
 
 
 def _whole_now(result: DrillResult) -> bool:
-    told = [s for s in result.samples if not s.router_silent]
+    told = result.told()
     return bool(told) and _whole(told[-1]) and _over(result)
 
 

@@ -166,10 +166,10 @@ class ProcessStack:
             path = self.root / source if source is not None else None
             if path is None or target.startswith(SECRETS_DIR) or not path.is_file():
                 continue
-            size = path.stat().st_size  # a large bound file (a model) by its size and time
-            small = size <= _DIGESTED_FILE_MAX_BYTES
+            found = path.stat()  # a large bound file (a model) by its size and time
+            small = found.st_size <= _DIGESTED_FILE_MAX_BYTES
             digest.update(
-                path.read_bytes() if small else f"{size} {path.stat().st_mtime_ns}".encode()
+                path.read_bytes() if small else f"{found.st_size} {found.st_mtime_ns}".encode()
             )
         return digest.hexdigest()[:16]
 
