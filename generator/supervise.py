@@ -10,16 +10,18 @@ A server exits only when it is asked to. vLLM's API server exits 0 when its engi
 and Docker's bounded policy (``on-failure:N``) restarts only a non-zero exit; so an exit that
 nobody asked for is reported as 1 (with a line that says why), and one that was asked for
 (SIGTERM or SIGINT, forwarded to the command) keeps its own code. The command's exit or
-signal is written on stderr, where `logs` and `status` find it.
+signal is written on stderr, where `logs` and `status` find it. A command that cannot be
+started exits 127 (126: not executable), as a shell says.
 
 With ``--restarts N`` (the process runtime, which has no restart policy of its own) the
 supervisor is the policy: it runs the command again after each exit nobody asked for, at most
 N times, waiting as Docker does between tries (0.1 s, doubling, at most 30 s; back to 0.1 s
 after a run of 10 s), writes the count so far and why the last run ended to
-``$XPYD_RESTARTS_FILE`` where that is set,
-and says so on stderr; after the N-th it gives up and exits as the command did. The command
-runs in a session of its own, and whatever it leaves running when it ends (a killed vLLM API
-server's engine core) is killed before it starts again.
+``$XPYD_RESTARTS_FILE`` where that is set, and says so on stderr; after the N-th it gives up
+and exits as the command did. The command runs in a session of its own, and whatever it
+leaves running when it ends (a killed vLLM API server's engine core, or a process that made
+a session of its own: the supervisor is their subreaper, so they become its children) is
+killed before it starts again.
 
 With ``--needs-registered URL`` (a nixl-mp engine: its LMCache server's /status) it also
 watches the engine's KV store: an engine registers its KV buffers with its `lmcache server`
@@ -35,12 +37,18 @@ one, so after that decoder restarts every send to it fails. When a peer's
 and starts again with fresh connections.
 
 The last form is how `bench --fault` hurts a service from inside its container (`docker
-exec`), or beside its process (the process runtime names the PID file, ``$XPYD_PID_FILE``): it
-signals the supervised command (``--tree``: and every process under it, so that a
+exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
+it signals the supervised command (``--tree``: and every process under it, so that a
 stopped engine stops whole; ``--under``: only the processes under it, so that a vLLM engine's
 core stops while its API server still answers /health, as a wedged engine does), never the
-supervisor, so the runtime sees a crash and not a stop
-it was asked for (`docker kill` counts as asked: Docker would not restart it).
+supervisor, so the runtime sees a crash and not a stop it was asked for (`docker kill` counts
+as asked: Docker would not restart it). A PID is signalled only when it is proven to be the
+supervised command, by more than its number: the record holds the command's start time (as
+/proc gives it, in clock ticks), and the process must still start then, lead its own session
+and be the child of the supervisor that wrote the record (itself still alive, with its
+recorded start). Processes under it are reached through their parents; each is pinned with a
+pidfd before it is checked, so a PID reused meanwhile is never hit. PIDs 0 and 1 and negative
+ones are never signalled. A signal that reached nothing exits 1.
 
 Standard library only: it runs in every image (engines, LMCache servers, the router) and in
 the process runtime's Pythons.
@@ -48,18 +56,25 @@ the process runtime's Pythons.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import ctypes
 import functools
 import json
+import math
 import os
+import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Literal, Protocol
@@ -68,11 +83,15 @@ __all__ = [
     "IN_IMAGE",
     "LINE_PREFIX",
     "PID_FILE_ENV",
+    "SIGNALS",
     "SOURCE",
+    "PidRecord",
     "Reach",
     "exit_code",
     "last_said",
     "main",
+    "pid_file",
+    "send",
     "watch_options",
 ]
 
@@ -80,23 +99,26 @@ LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
 IN_IMAGE = "/opt/xpyd/supervise.py"
 PID_FILE_ENV = "XPYD_PID_FILE"
+SIGNALS = ("KILL", "TERM", "STOP", "CONT")  # what a fault sends
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 UNASKED_EXIT = 1
 _FIRST_WAIT_S, _LONGEST_WAIT_S, _RAN_WELL_S = 0.1, 30.0, 10.0
-# How often the KV store is asked (XPYD_WATCH_EVERY_S: tests), and how many answers without
-# the engine in a row end it.
-_WATCH_EVERY_S = float(os.environ.get("XPYD_WATCH_EVERY_S", "5"))
+_MAX_RESTARTS = 1000
+# How often the watches look (XPYD_WATCH_EVERY_S: tests), within bounds (0 would spin a core),
+# and how many answers without the engine in a row end it.
+_WATCH_EVERY_S, _WATCH_EVERY_BOUNDS_S = 5.0, (0.05, 3600.0)
 _WATCH_MISSES = 2
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
+_RECORD_MAX_BYTES = 4096
 _RESTARTING = "restarting ("  # its announcement of the next run: "SERVICE restarting (1 of 5)"
+# A service's name, as compose allows one: never a path.
+_SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 # --signal's reach: the command alone, with every process under it, or only those under it.
 Reach = Literal["command", "tree", "under"]
-_REACH_OPTIONS: dict[tuple[str, ...], Reach] = {
-    (): "command",
-    ("--tree",): "tree",
-    ("--under",): "under",
-}
 _SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
+_LEFTOVERS_WAIT_S = 5.0
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def last_said(log: str) -> str | None:
@@ -133,46 +155,282 @@ def describe(service: str, returncode: int, *, asked_to_stop: bool) -> str:
     return f"{LINE_PREFIX}{service} {how}"
 
 
-def _children(pid: int) -> list[int]:
+def _say(text: str) -> None:
+    print(f"{LINE_PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+# --- which processes are ours --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stat:
+    state: str
+    parent: int
+    session: int
+    start: int  # clock ticks after boot: with the pid, names one process for good
+
+
+def _stat(pid: int) -> _Stat | None:
     try:
-        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as file:
-            return [int(child) for child in file.read().split()]
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
-        return []
+        return None
+    after = text.rpartition(")")[2].split()  # the command's name may hold spaces and ')'
+    try:
+        return _Stat(after[0], int(after[1]), int(after[3]), int(after[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (a thread that forks is the child's parent)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError):
+                text = Path(f"/proc/{pid}/task/{task}/children").read_text(encoding="ascii")
+                found += [int(child) for child in text.split()]
+    return found
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """What the supervisor writes of its running command: enough to prove later that a PID is
+    still that command and ours (see the module's docstring)."""
+
+    service: str
+    pid: int
+    start: int
+    supervisor: int
+    supervisor_start: int
+
+    def text(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, text: str) -> PidRecord:
+        """ValueError unless ``text`` is a record this supervisor wrote."""
+        data = json.loads(text)
+        names = ("service", "pid", "start", "supervisor", "supervisor_start")
+        if not isinstance(data, dict) or sorted(data) != sorted(names):
+            raise ValueError("it is not a PID record of this supervisor")
+        numbers = [data[name] for name in names[1:]]
+        if any(type(number) is not int or number < 0 for number in numbers):
+            raise ValueError("its numbers are not counts")
+        if not isinstance(data["service"], str) or not _SERVICE.fullmatch(data["service"]):
+            raise ValueError("it names no service")
+        if not all(1 < pid <= _PID_MAX for pid in (data["pid"], data["supervisor"])):
+            raise ValueError("it names a PID no supervised command can have")
+        return cls(data["service"], *numbers)
+
+    def why_not_running(self) -> str | None:
+        """None when the PID is still this record's command; else why it is not."""
+        command, supervisor = _stat(self.pid), _stat(self.supervisor)
+        if command is None or command.state in ("Z", "X"):
+            return "has ended"
+        problems = {
+            "is another process now (it started at another time)": command.start != self.start,
+            "leads no session of its own": command.session != self.pid,
+            "has no living supervisor": supervisor is None
+            or supervisor.start != self.supervisor_start,
+            "is not its supervisor's child": command.parent != self.supervisor,
+        }
+        found = next((problem for problem, seen in problems.items() if seen), None)
+        if found is None and not _supervises(self.supervisor, self.service):
+            found = "has a parent that is no supervisor of it"
+        return found
+
+
+def _supervises(pid: int, service: str) -> bool:
+    """Whether ``pid`` runs this script for ``service`` (its command line says so)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            arguments = file.read(1 << 20).split(b"\0")
+    except OSError:
+        return False
+    script = Path(SOURCE).name.encode()
+    named = any(os.path.basename(argument) == script for argument in arguments[:3])
+    return named and service.encode() in arguments
 
 
 def pid_file(service: str) -> Path:
-    """Where the supervisor of ``service`` writes its command's PID: ``$XPYD_PID_FILE`` where
-    the runtime names one (processes: two stacks on one machine may both have a decode-0),
-    else the temporary folder (one per container)."""
+    """Where the supervisor of ``service`` writes its command's record: ``$XPYD_PID_FILE``
+    where the runtime names one (processes: two stacks on one machine may both have a
+    decode-0), else the temporary folder (one per container)."""
     named = os.environ.get(PID_FILE_ENV)
     return Path(named) if named else Path(tempfile.gettempdir()) / f"xpyd-supervised-{service}.pid"
 
 
-def _tree(pid: int) -> list[int]:
-    pids, index = [pid], 0
-    while index < len(pids):
-        pids += _children(pids[index])
-        index += 1
-    return pids
+def _read_record(path: Path) -> PidRecord | None:
+    """The record at ``path`` (None: none). ValueError: unreadable or not a record; never
+    through a link, never blocking on a FIFO, never more than a record's size."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc.strerror})") from exc
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ValueError(f"{path} is not a regular file")
+    with os.fdopen(descriptor, "rb") as handle:
+        data = handle.read(_RECORD_MAX_BYTES + 1)
+    if len(data) > _RECORD_MAX_BYTES:
+        raise ValueError(f"{path} is larger than a PID record")
+    try:
+        return PidRecord.parse(data.decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise ValueError(f"{path} holds no PID record ({exc})") from exc
+
+
+def _replace(path: Path, text: str) -> None:
+    """``text`` as the whole of ``path``: a fresh file renamed over it (a link there is
+    replaced, never written through)."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+# --- signals, only to what is proven ours ------------------------------------------------
+
+
+def _deliver(pidfd: int | None, pid: int, signum: int) -> None:
+    """The one place a signal leaves this module (tests record calls here)."""
+    if pid <= 1:
+        raise ValueError(f"refusing to signal PID {pid}")
+    if pidfd is None:
+        os.kill(pid, signum)
+    else:
+        signal.pidfd_send_signal(pidfd, signum)
+
+
+@contextlib.contextmanager
+def _pinned(pid: int) -> Iterator[int | None]:
+    """A pidfd on ``pid``: whatever is checked about the process after this names the same
+    one the signal reaches (None where the kernel has no pidfds: checked, then signalled)."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        yield pidfd
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _signal_under(root: int, signum: int) -> list[int]:
+    """Signals every process under ``root`` (parents before children), each checked to be
+    the child of one already reached once pinned; the PIDs reached."""
+    reached, parents = [], [root]
+    while parents:
+        parent = parents.pop(0)
+        for child in _children(parent):
+            with contextlib.suppress(ProcessLookupError), _pinned(child) as pidfd:
+                found = _stat(child)
+                if child <= 1 or found is None or found.parent != parent:
+                    continue
+                _deliver(pidfd, child, signum)
+                reached.append(child)
+                parents.append(child)
+    return reached
 
 
 def send(signame: str, service: str, reach: Reach = "command") -> int:
     signum = signal.Signals[f"SIG{signame}"]
     try:
-        command = int(pid_file(service).read_text(encoding="ascii"))
-    except (OSError, ValueError):
-        print(f"{LINE_PREFIX}no supervised {service} here", file=sys.stderr)
+        record = _read_record(pid_file(service))
+    except ValueError as exc:
+        _say(f"no supervised {service} here: {exc}")
         return 1
-    pids = [command] if reach == "command" else _tree(command)[1 if reach == "under" else 0 :]
-    if not pids:
-        print(f"{LINE_PREFIX}{service} runs no process under its command", file=sys.stderr)
+    if record is None or record.service != service:
+        _say(f"no supervised {service} here")
         return 1
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-            print(f"{LINE_PREFIX}sent {signum.name} to {service} (pid {pid})", flush=True)
+    try:
+        with _pinned(record.pid) as pidfd:
+            why = record.why_not_running()
+            if why is not None:
+                _say(f"{service} is not running here: pid {record.pid} {why}")
+                return 1
+            reached = [] if reach == "under" else [record.pid]
+            if reach != "under":
+                _deliver(pidfd, record.pid, signum)
+            if reach != "command":
+                reached += _signal_under(record.pid, signum)
+    except ProcessLookupError:
+        _say(f"{service} is not running here: pid {record.pid} has ended")
+        return 1
+    if not reached:
+        _say(f"{service} runs no process under its command")
+        return 1
+    for pid in reached:
+        print(f"{LINE_PREFIX}sent {signum.name} to {service} (pid {pid})", flush=True)
     return 0
+
+
+# --- arguments -------------------------------------------------------------------------------
+
+_USAGE = """\
+supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]... SERVICE -- COMMAND...
+       supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]"""
+
+
+def _parser(signal_mode: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="supervise.py", usage=_USAGE, add_help=False)
+    parser.add_argument("service", type=_service_name)
+    if signal_mode:
+        parser.add_argument("--signal", required=True, type=str.upper, choices=SIGNALS)
+        reach = parser.add_mutually_exclusive_group()
+        reach.add_argument("--tree", dest="reach", action="store_const", const="tree")
+        reach.add_argument("--under", dest="reach", action="store_const", const="under")
+        parser.set_defaults(reach="command")
+    else:
+        parser.add_argument("--restarts", type=_restart_count, default=0)
+        parser.add_argument("--needs-registered", type=_url)
+        parser.add_argument("--restarts-with", type=_url, action="append", default=[])
+    return parser
+
+
+def _service_name(text: str) -> str:
+    if not _SERVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is no service name (letters, digits, _.-)")
+    return text
+
+
+def _restart_count(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) > _MAX_RESTARTS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count from 0 to {_MAX_RESTARTS}")
+    return int(text)
+
+
+def _url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL")
+    return text
+
+
+def _watch_every_s() -> float:
+    """XPYD_WATCH_EVERY_S, or the default; SystemExit(2) when it is out of bounds."""
+    text = os.environ.get("XPYD_WATCH_EVERY_S")
+    if text is None:
+        return _WATCH_EVERY_S
+    low, high = _WATCH_EVERY_BOUNDS_S
+    with contextlib.suppress(ValueError):
+        if low <= (value := float(text)) <= high:
+            return value
+    bounds = f"give seconds from {low:g} to {high:g}"
+    print(f"supervise.py: XPYD_WATCH_EVERY_S={text!r}: {bounds}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> list[str]:
@@ -182,27 +440,30 @@ def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> li
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--signal"] and len(argv) in (3, 4) and tuple(argv[3:]) in _REACH_OPTIONS:
-        return send(argv[1], argv[2], _REACH_OPTIONS[tuple(argv[3:])])
-    restarts, watches = 0, list[Callable[[], _Watch]]()
-    while argv[:1] in (["--restarts"], ["--needs-registered"], ["--restarts-with"]):
-        if len(argv) < 2 or (argv[0] == "--restarts" and not argv[1].isdigit()):
-            break
-        option, value, argv = argv[0], argv[1], argv[2:]
-        if option == "--restarts":
-            restarts = int(value)
-        elif option == "--needs-registered":
-            watches.append(functools.partial(_Registration, value))
-        else:
-            watches.append(functools.partial(_PeerStart, value))
-    if len(argv) < 3 or argv[1] != "--":
-        print(
-            "usage: supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]..."
-            " SERVICE -- COMMAND...",
-            file=sys.stderr,
-        )
-        return 2
-    return _Supervisor(argv[0], argv[2:], restarts, watches).run()
+    """Exit codes: the command's (see above); 1: a signal reached nothing; 2: a usage error,
+    or a PID record that cannot be written (nothing is left running)."""
+    if "--" not in argv:
+        options = _parser(signal_mode=True).parse_args(argv)
+        return send(options.signal, options.service, options.reach)
+    split = argv.index("--")
+    parser = _parser(signal_mode=False)
+    options, command = parser.parse_args(argv[:split]), argv[split + 1 :]
+    if not command:
+        parser.error("give the command to run after --")
+    watches: list[Callable[[], _Watch]] = []
+    if options.needs_registered:
+        watches.append(functools.partial(_Registration, options.needs_registered))
+    watches += [functools.partial(_PeerStart, url) for url in options.restarts_with]
+    supervisor = _Supervisor(options.service, command, options.restarts, watches)
+    supervisor.watch_every_s = _watch_every_s()
+    return supervisor.run()
+
+
+# --- the supervisor ----------------------------------------------------------------------
+
+
+class _RecordUnwritable(Exception):
+    pass
 
 
 class _Supervisor:
@@ -215,8 +476,10 @@ class _Supervisor:
     ) -> None:
         self.service, self.command, self.restarts = service, command, restarts
         self.watches = watches  # fresh ones for each run of the command
+        self.watch_every_s = _WATCH_EVERY_S
         self.asked: list[int] = []
         self.child: subprocess.Popen[bytes] | None = None
+        self.record_path = pid_file(service)
 
     def forward(self, signum: int, _: FrameType | None) -> None:
         self.asked.append(signum)
@@ -224,11 +487,32 @@ class _Supervisor:
             self.child.send_signal(signum)
 
     def run(self) -> int:
+        try:  # before anything starts: a record it could not write would leave it unreachable
+            _replace(self.record_path, "")
+        except OSError as exc:
+            _say(f"{self.service}: cannot write its PID record {self.record_path}: {exc}")
+            return 2
         # Handled before the command starts, so the command gets them at their default: one
         # ignored where the supervisor started (a background shell ignores SIGINT) would stay
         # ignored in the command (exec keeps an ignored signal ignored), and no trap there helps.
         for signum in _FORWARDED:
             signal.signal(signum, self.forward)
+        _become_subreaper()
+        try:
+            return self._loop()
+        except _RecordUnwritable as exc:
+            _say(f"{self.service}: {exc}: stopped it")
+            return 2
+        finally:  # whatever went wrong, nothing it started outlives it, nor its record
+            if self.child is not None:
+                _end_group(self.child.pid)
+                self.child.kill()
+                self.child.wait()
+            _end_orphans()
+            with contextlib.suppress(OSError):
+                self.record_path.unlink()
+
+    def _loop(self) -> int:
         done, wait_s = 0, _FIRST_WAIT_S
         while True:
             started = time.monotonic()
@@ -239,46 +523,65 @@ class _Supervisor:
             code = exit_code(returncode, asked_to_stop=asked)
             if asked or done >= self.restarts:
                 if done and not asked:
-                    self._say(f"gave up after {done} restart(s)")
+                    _say(f"{self.service} gave up after {done} restart(s)")
                 return code
             wait_s = _FIRST_WAIT_S if time.monotonic() - started >= _RAN_WELL_S else wait_s
             done += 1
-            self._say(f"{_RESTARTING}{done} of {self.restarts}) in {wait_s:g} s")
+            _say(f"{self.service} {_RESTARTING}{done} of {self.restarts}) in {wait_s:g} s")
             _write_count(done, said.removeprefix(LINE_PREFIX))
             if not self._sleep(wait_s):
                 return 128 + self.asked[-1]
             wait_s = min(wait_s * 2, _LONGEST_WAIT_S)
 
-    def _say(self, what: str) -> None:
-        print(f"{LINE_PREFIX}{self.service} {what}", file=sys.stderr, flush=True)
-
     def _run_once(self) -> int:
         # A session of its own: whatever the command starts stays in its group, and goes
-        # with it (_end_leftovers).
-        child = self.child = subprocess.Popen(self.command, start_new_session=True)
+        # with it (_end_group).
+        try:
+            child = self.child = subprocess.Popen(self.command, start_new_session=True)
+        except OSError as exc:
+            _say(f"{self.service} cannot start {self.command[0]}: {exc.strerror}")
+            return 126 if isinstance(exc, PermissionError) else 127
         if self.asked:  # asked to stop while the command was starting
             child.send_signal(self.asked[-1])
-        pid_file(self.service).write_text(str(child.pid), encoding="ascii")
+        self._write_record(child.pid)
         done = threading.Event()
         if self.watches:
             watches = [new() for new in self.watches]
             watcher = threading.Thread(target=self._watch, args=(child, done, watches))
             watcher.daemon = True
             watcher.start()
-        returncode = child.wait()
+        _wait_unreaped(child)  # its PID, and so its group's id, stay its own meanwhile
         done.set()
-        _end_leftovers(child.pid)
+        with contextlib.suppress(OSError):
+            _replace(self.record_path, "")  # names no process now
+        _end_group(child.pid)
+        returncode = child.wait()
         self.child = None
+        _end_orphans()
         return returncode
+
+    def _write_record(self, pid: int) -> None:
+        command, own = _stat(pid), _stat(os.getpid())
+        record = PidRecord(
+            self.service,
+            pid,
+            command.start if command else 0,  # 0: it ended already, and never matches
+            os.getpid(),
+            own.start if own else 0,
+        )
+        try:
+            _replace(self.record_path, record.text())
+        except OSError as exc:
+            raise _RecordUnwritable(f"cannot write its PID record {self.record_path}") from exc
 
     def _watch(
         self, child: subprocess.Popen[bytes], done: threading.Event, watches: list[_Watch]
     ) -> None:
         """Ends ``child`` as a crash once a watch says why it must start again."""
-        while not done.wait(_WATCH_EVERY_S):
+        while not done.wait(self.watch_every_s):
             if (reason := next(filter(None, (watch.look() for watch in watches)), None)) is None:
                 continue
-            self._say(f"{reason}: ending it")
+            _say(f"{self.service} {reason}: ending it")
             _end(child)
             return
 
@@ -295,7 +598,7 @@ def registered_at(url: str) -> bool | None:
     try:
         with urllib.request.urlopen(url, timeout=5) as answer:
             status = json.loads(answer.read(_STATUS_MAX_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")
     return any(status.get(key) for key in keys) if isinstance(status, dict) else None
@@ -354,11 +657,14 @@ def started_at(url: str) -> float | None:
 
 
 def start_time(page: str) -> float | None:
+    """The page's start time; None where it has none that is a moment (nan, inf: a broken
+    page would otherwise look like a restart at every look)."""
     for line in page.splitlines():
         name, _, value = line.partition(" ")
         if name == "process_start_time_seconds":
             with contextlib.suppress(ValueError, IndexError):
-                return float(value.split()[0])
+                started = float(value.split()[0])
+                return started if math.isfinite(started) else None
     return None
 
 
@@ -374,13 +680,46 @@ def _end(child: subprocess.Popen[bytes]) -> None:
             child.kill()
 
 
-def _end_leftovers(group: int) -> None:
+def _wait_unreaped(child: subprocess.Popen[bytes]) -> None:
+    """Until ``child`` ended, leaving it unreaped (a zombie keeps its PID from reuse)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+
+
+def _become_subreaper() -> None:
+    """Orphans of the command (a process that made a session of its own, then lost its
+    parent) become this supervisor's children rather than init's: still reachable, so
+    _end_orphans ends them too."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _end_group(group: int) -> None:
     """What the command started and left running when it ended: a killed vLLM API server
     leaves its engine core behind, holding its NIXL port (the next start then fails on
     "Address already in use") and, on a GPU, its memory. In a container the runtime ends them
-    with the container; processes have only this."""
+    with the container; processes have only this. Called while the command's process is
+    unreaped, so the group's id is still its own."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, signal.SIGKILL)
+
+
+def _end_orphans() -> None:
+    """Every child this supervisor has once its command is reaped: processes of the command
+    that left its group and lost their parent, which came to this subreaper (ours by birth;
+    an unreaped child keeps its PID), each with what runs under it, until none is left
+    (bounded)."""
+    deadline = time.monotonic() + _LEFTOVERS_WAIT_S
+    while (orphans := _children(os.getpid())) and time.monotonic() < deadline:
+        for orphan in orphans:
+            _signal_under(orphan, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                _deliver(None, orphan, signal.SIGKILL)
+        time.sleep(0.05)
+        for orphan in orphans:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(orphan, os.WNOHANG)
 
 
 def _write_count(done: int, why: str) -> None:
@@ -388,7 +727,8 @@ def _write_count(done: int, why: str) -> None:
     (a busy service's log soon buries the line)."""
     target = os.environ.get("XPYD_RESTARTS_FILE")
     if target:
-        Path(target).write_text(f"{done}\n{why}\n", encoding="utf-8")
+        with contextlib.suppress(OSError):
+            _replace(Path(target), f"{done}\n{why}\n")
 
 
 if __name__ == "__main__":

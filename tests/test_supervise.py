@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from generator.supervise import SOURCE, exit_code, last_said, pid_file, start_time, watch_options
+from generator.supervise import (
+    SOURCE,
+    PidRecord,
+    exit_code,
+    last_said,
+    pid_file,
+    start_time,
+    watch_options,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERVISE = [sys.executable, str(ROOT / SOURCE), "decode-0", "--"]
@@ -124,7 +132,7 @@ def test_the_signal_mode_can_stop_only_what_runs_under_the_command() -> None:
     service = f"hang-test-{time.monotonic_ns()}"
     child = supervised_as(service, "sh", "-c", "sleep 60 & wait")
     time.sleep(0.5)
-    command = int(pid_file(service).read_text(encoding="ascii"))
+    command = PidRecord.parse(pid_file(service).read_text(encoding="ascii")).pid
     sent = _signal(service, "STOP", "--under")
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout.count("sent SIGSTOP") == 1  # the sleep, not sh
