@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from generator.errors import XpydError
+from generator.owned import owned_dir
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.images import (
@@ -74,6 +75,8 @@ def make_envs(
     ``system_site_packages``: the base interpreter's packages stay visible, and the lock's pins
     it already has at the same version are not installed again (a GPU host's torch stack)."""
     pythons = default_pythons(workspace, plan.profile)
+    for python in (pythons.engine, pythons.router):  # venv --clear empties what it is given
+        owned_dir(workspace.root, python.parent.parent.relative_to(workspace.root))
     base = base_python or Path(sys.executable)
     cpu = plan.profile is Profile.CPU
     if cpu and find_links is None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from generator.errors import XpydError
+from generator.owned import owned_dir
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.images import ENGINE_LOCK, GPU_ENGINE_LOCK, ROUTER_LOCK
@@ -58,7 +59,7 @@ def fill_wheelhouse(plan: Plan, workspace: Workspace, on_line: Callable[[str], N
     target = wheelhouse_dir(plan, workspace)
     if target is None:
         return "no wheelhouse in this stack (builds use the index)"
-    target.mkdir(parents=True, exist_ok=True)
+    owned_dir(workspace.root, target.relative_to(workspace.root))  # pip writes into it
     fetched = []
     for lock in locks_for(plan):
         lock_path = workspace.root / lock

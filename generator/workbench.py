@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.errors import XpydError
 from generator.limits import is_stack_name
+from generator.owned import read_bounded
 from generator.paths import Workspace, find_workspace
 from generator.plan import Plan
 from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
 from generator.serializers.process import PLAN_FILE
-from generator.spec import DockerAccess, Profile
+from generator.spec import DockerAccess, ProcessSpec, Profile
 from generator.stack import load_spec
+
+_PLAN_JSON_MAX_BYTES = 16 << 20
 
 __all__ = [
     "RenderedHost",
     "check_drift",
     "load_plan",
     "render_in_memory",
+    "rendered_name",
     "rendered_projects",
     "stack_names",
     "write_stacks",
@@ -76,13 +80,14 @@ class RenderedHost:
     services: tuple[str, ...]
     profile: Profile
     process_file: Path | None = None  # rendered for the process runtime: its processes.yaml
+    process: ProcessSpec = field(default_factory=ProcessSpec)  # the rendered plan's settings
 
 
 def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[RenderedHost]:
     """The compose projects of a rendered stack, per host: what `down`, `status` and `logs`
     act on, so they also work for stacks rendered with --set overrides."""
     workspace = workspace or find_workspace()
-    name = _rendered_name(stack, workspace)
+    name = rendered_name(stack, workspace)
     folder = workspace.compose_dir / name
     files = sorted(folder.glob("compose.yaml")) + sorted(folder.glob("*/compose.yaml"))
     if not files:
@@ -96,41 +101,48 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
             f"no rendered stack named {name} under {workspace.compose_dir}",
             hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
         )
-    access, profile = _rendered_plan(folder / "plan.json")
+    access, profile, process = _rendered_plan(folder / "plan.json")
     hosts = []
     for path in files:
         project, host, services = _project_of(path)
         process_file = path.with_name(PLAN_FILE)
         processes = process_file if process_file.is_file() else None
         hosts.append(
-            RenderedHost(host, project, path, access.get(host), services, profile, processes)
+            RenderedHost(
+                host, project, path, access.get(host), services, profile, processes, process
+            )
         )
     return hosts
 
 
-def _rendered_plan(plan_file: Path) -> tuple[dict[str, DockerAccess], Profile]:
-    """Each host's Docker engine as the rendered plan.json says (absent: the local one), and
-    the plan's profile."""
+def _rendered_plan(plan_file: Path) -> tuple[dict[str, DockerAccess], Profile, ProcessSpec]:
+    """Each host's Docker engine as the rendered plan.json says (absent: the local one), the
+    plan's profile and its process settings (validated as the spec's are: the Pythons named
+    there are what `status` runs health checks with)."""
     try:
-        plan = json.loads(plan_file.read_text(encoding="utf-8"))
+        text = read_bounded(plan_file, max_bytes=_PLAN_JSON_MAX_BYTES)
+        if text is None:
+            raise ValueError("it does not exist")
+        plan = json.loads(text)
         access = {
             str(host["name"]): DockerAccess.model_validate(host["docker"])
             for host in plan["hosts"]
             if host.get("docker")
         }
-        return access, Profile(plan["profile"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        process = ProcessSpec.model_validate(plan.get("process") or {})
+        return access, Profile(plan["profile"]), process
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise XpydError(
             f"{plan_file} is not a plan render wrote ({exc})", hint="render the stack again"
         ) from exc
 
 
-def _rendered_name(stack: str, workspace: Workspace) -> str:
+def rendered_name(stack: str, workspace: Workspace | None = None) -> str:
     """A stack name, or the name inside a spec file given by path: never a path under
     compose/ (``../..`` would reach other projects)."""
     if is_stack_name(stack):
         return stack
-    path = workspace.stack_file(stack)
+    path = (workspace or find_workspace()).stack_file(stack)
     if path.exists():
         return load_spec(path).name
     raise XpydError(

@@ -18,7 +18,13 @@ PACKAGE = ROOT / "generator"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundation",
-        ("generator.errors", "generator.limits", "generator.paths", "generator.supervise"),
+        (
+            "generator.errors",
+            "generator.limits",
+            "generator.owned",
+            "generator.paths",
+            "generator.supervise",
+        ),
     ),
     # The proxy's own model, which routers fill, and the policy registry it names.
     (

@@ -13,6 +13,7 @@ from generator.bench.cache_counters import read_cache_counters
 from generator.bench.results import ArmResult, PointResult, read_point
 from generator.errors import StackError
 from generator.observe.rules import KV_GIB_S
+from generator.owned import write_text
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.probes.engine_counters import read_engine_counters
@@ -123,7 +124,7 @@ def _keep_history(context: RunContext, arm: str, folder: Path, started: float) -
         context.reporter.event(EventLevel.WARN, f"no Prometheus history: {error.message}")
         return None
     name = f"{arm}/prometheus.json"
-    (folder / name).write_text(json.dumps([asdict(h) for h in histories]), encoding="utf-8")
+    write_text(folder, folder / name, json.dumps([asdict(h) for h in histories]))
     return name
 
 

@@ -32,6 +32,7 @@ from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
 from generator.routers import router_of
 from generator.runtimes.base import ServiceState
+from generator.stack_lock import holding
 from generator.supervise import Reach
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.report import EventLevel, Reporter
@@ -177,6 +178,24 @@ def run_drill(
     folder: Path,
     reporter: Reporter,
     wait_scale: float = 1.0,
+) -> DrillResult:
+    """The drill, holding the stack's lock throughout (its `up` inside takes it again)."""
+    with holding(workspace.root, plan.stack, f"bench {plan.stack} --fault {fault.label}"):
+        return _drill(
+            plan, fault, load, workspace=workspace, folder=folder, reporter=reporter,
+            wait_scale=wait_scale,
+        )  # fmt: skip
+
+
+def _drill(
+    plan: Plan,
+    fault: Fault,
+    load: LoadSettings,
+    *,
+    workspace: Workspace,
+    folder: Path,
+    reporter: Reporter,
+    wait_scale: float,
 ) -> DrillResult:
     context = make_context(
         plan, workspace, RunOptions(wait_scale=wait_scale), None, reporter, directory=folder / "up"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from generator.bench.drill import DrillResult
 from generator.docker.netcut import TABLE
+from generator.owned import remove_file, write_text
 
 __all__ = ["per_second", "write_fault_report"]
 
@@ -29,12 +30,10 @@ def looks_per_second(result: DrillResult) -> dict[int, str]:
 
 
 def write_fault_report(result: DrillResult, folder: Path, *, hardware: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "fault.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    write_text(folder, folder / "fault.json", json.dumps(result.as_dict(), indent=2) + "\n")
+    remove_file(folder, folder / "fault.png")  # a link there goes: the plot is written anew
     _plot(result, folder / "fault.png")
-    path = folder / "fault.md"
-    path.write_text(markdown(result, hardware=hardware))
-    return path
+    return write_text(folder, folder / "fault.md", markdown(result, hardware=hardware))
 
 
 def _seconds(value: float | int | None) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.bench.results import ArmResult, PointResult
+from generator.owned import write_text
 from generator.services.bench import BenchSettings, Dataset, Preset
 
 __all__ = ["SEED_A", "BenchReport", "Reference", "write_report"]
@@ -103,11 +104,9 @@ class BenchReport:
 
 
 def write_report(report: BenchReport) -> tuple[Path, Path]:
-    report.folder.mkdir(parents=True, exist_ok=True)
-    data_file, text_file = report.folder / "bench.json", report.folder / "bench.md"
-    data_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
-    text_file.write_text(markdown(report), encoding="utf-8")
-    return data_file, text_file
+    folder = report.folder
+    data_file = write_text(folder, folder / "bench.json", json.dumps(report.as_dict(), indent=2))
+    return data_file, write_text(folder, folder / "bench.md", markdown(report))
 
 
 def markdown(report: BenchReport) -> str:

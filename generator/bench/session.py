@@ -29,6 +29,7 @@ from generator.planner import make_plan
 from generator.services.bench import BenchSettings, Preset
 from generator.spec import Profile, Spec
 from generator.stack import baseline_spec
+from generator.stack_lock import holding
 from generator.workflow.report import EventLevel, Reporter
 
 __all__ = ["BenchJob", "check_fits", "describe_hardware", "load_points", "run_benchmark"]
@@ -88,7 +89,13 @@ def check_fits(plan: Plan, settings: BenchSettings) -> None:
 
 
 def run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> BenchReport:
-    """Call ``check_fits`` first: a point that cannot fit fails only after the stack is up."""
+    """Call ``check_fits`` first: a point that cannot fit fails only after the stack is up.
+    Holds the stack's lock throughout (its arms' `up`s take it again)."""
+    with holding(workspace.root, job.plan.stack, f"bench {job.plan.stack}"):
+        return _run_benchmark(job, workspace, reporter)
+
+
+def _run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> BenchReport:
     report = BenchReport(
         job.plan.stack, job.preset.value, job.settings, describe_hardware(job.plan), job.folder
     )

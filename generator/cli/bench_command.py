@@ -350,7 +350,7 @@ def bench(
     from generator.services.bench import default_preset, preset_settings
     from generator.spec import Runtime
     from generator.stack import load_spec
-    from generator.workflow.records import new_run_id
+    from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
 
     if baseline not in (None, "colocated"):
@@ -379,7 +379,7 @@ def bench(
             duration_s=fault_duration_s,
             concurrency=fault_concurrency,
             deadline_s=fault_deadline_s,
-            folder=workspace.runs_dir / (run_id or new_run_id(f"{plan.stack}-fault")),
+            folder=claim_run_dir(workspace.root, f"{plan.stack}-fault", run_id),
             wait_scale=wait_scale,
         )
         return
@@ -421,7 +421,7 @@ def bench(
         ),
         baseline=baseline is not None,
         down=down,
-        folder=workspace.runs_dir / (run_id or new_run_id(f"{plan.stack}-bench")),
+        folder=claim_run_dir(workspace.root, f"{plan.stack}-bench", run_id),
         policies=arms,
         p2p=p2p_states,
     )

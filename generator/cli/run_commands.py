@@ -216,11 +216,16 @@ def down(
     or, for a stack up under the process runtime, end all its processes. Each host's engine is
     reached as the spec's hosts[].docker says."""
     from generator.console import success
+    from generator.paths import find_workspace
+    from generator.stack_lock import holding
+    from generator.workbench import rendered_name
     from generator.workflow.hosts import rendered_stacks
 
-    for name, compose in rendered_stacks(stack, host=host):
-        compose.down(volumes=volumes)
-        success(f"removed {compose.project} on {name}")
+    name = rendered_name(stack)
+    with holding(find_workspace().root, name, f"down {name}"):
+        for host_name, compose in rendered_stacks(stack, host=host):
+            compose.down(volumes=volumes)
+            success(f"removed {compose.project} on {host_name}")
 
 
 def status(stack: StackArg, host: HostOpt = None) -> None:

@@ -1,6 +1,13 @@
 """Process groups on this machine: how the process runtime starts a service (its own
-session), tells whether it is still the process it started (pid and start time: pids are
-reused), reads its exit status, ports and CPU time, and ends it with everything it started."""
+session), tells whether a process is still the one it started, reads its ports and CPU time,
+and ends it with everything it started.
+
+A state entry names a process by its PID, its start time and the marker `up` put into its
+environment (``process_state.MARKER_ENV``). A process is the entry's only while it still has
+that PID and start (PIDs are reused), leads its own session (each service is started as one)
+and carries the marker in the environment it was started with (``/proc/PID/environ``: the
+group's leader is a shell, which never rewrites it). Anything else is someone else's: never
+signalled, never shown as the service."""
 
 from __future__ import annotations
 
@@ -9,19 +16,17 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from generator.errors import StackError
+from generator.runtimes.process_state import MARKER_ENV, ServiceEntry
 
 __all__ = [
     "alive",
     "cpu_seconds",
     "create_time",
-    "exit_code",
     "group_of",
     "listening",
     "spawn",
@@ -30,6 +35,7 @@ __all__ = [
 ]
 
 _STOP_POLL_S = 0.2
+_ENVIRON_MAX_BYTES = 1 << 20  # the kernel's limit on argv + environment is 2 MiB
 
 
 # posix_spawn has no working directory of its own: a shell changes into it, then becomes the
@@ -37,27 +43,25 @@ _STOP_POLL_S = 0.2
 _IN_FOLDER = 'cd "$1" || exit 125; shift; exec "$@"'
 
 
-def spawn_service(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
+def spawn_service(argv: list[str], env: dict[str, str], cwd: Path, log: int) -> int:
     """Start a service that outlives this process (and `up` itself), in a session of its own
-    (down and Ctrl+C end the whole group), its output appended to ``log``; its pid. No Popen
-    object is kept for it (none would be waited for); ``alive`` reaps it once it ended."""
+    (down and Ctrl+C end the whole group), its output appended to the descriptor ``log``; its
+    pid. No Popen object is kept for it (none would be waited for); ``alive`` reaps it once it
+    ended."""
     command = ["/bin/sh", "-c", _IN_FOLDER, "xpyd-cd", str(cwd), *argv]
-    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, log, 1),
+        (os.POSIX_SPAWN_DUP2, log, 2),
+    ]
     try:
-        actions = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, descriptor, 1),
-            (os.POSIX_SPAWN_DUP2, descriptor, 2),
-        ]
         return os.posix_spawn(command[0], command, env, file_actions=actions, setsid=True)
     except OSError as exc:
         raise StackError(f"cannot start {argv[0]}: {exc}") from exc
-    finally:
-        os.close(descriptor)
 
 
 def spawn(
-    argv: list[str], env: dict[str, str], cwd: Path, *, stdout: Any, stderr: Any
+    argv: list[str], env: dict[str, str], cwd: Path, *, stdout: int, stderr: int
 ) -> subprocess.Popen[bytes]:
     """A one-off run that the caller waits for (the benchmark), in a session of its own."""
     try:
@@ -82,32 +86,35 @@ def create_time(pid: int) -> float | None:
     return None
 
 
-def _process(entry: Mapping[str, Any]) -> psutil.Process | None:
-    """The entry's process if it is still that one (a pid can be reused)."""
-    _reap(int(entry["pid"]))
+def _process(entry: ServiceEntry) -> psutil.Process | None:
+    """The entry's process, if it still is that one (see the module's docstring)."""
+    _reap(entry.pid)
     try:
-        process = psutil.Process(int(entry["pid"]))
-        if entry.get("started") is not None and process.create_time() != entry["started"]:
+        process = psutil.Process(entry.pid)
+        if process.create_time() != entry.started or os.getsid(entry.pid) != entry.pid:
             return None
-        if process.status() == psutil.STATUS_ZOMBIE:
+        if process.status() == psutil.STATUS_ZOMBIE or not _carries(entry):
             return None
         return process
-    except psutil.Error:
+    except (psutil.Error, OSError):
         return None
 
 
-def alive(entry: Mapping[str, Any]) -> bool:
+def _carries(entry: ServiceEntry) -> bool:
+    """Whether the process was started with the entry's marker in its environment."""
+    wanted = f"{MARKER_ENV}={entry.marker}".encode()
+    try:
+        with open(f"/proc/{entry.pid}/environ", "rb") as environ:
+            return wanted in environ.read(_ENVIRON_MAX_BYTES).split(b"\0")
+    except OSError:
+        return False
+
+
+def alive(entry: ServiceEntry) -> bool:
     return _process(entry) is not None
 
 
-def exit_code(entry: Mapping[str, Any]) -> int | None:
-    path = entry.get("exit_file")
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path(path).read_text(encoding="ascii").strip()) if path else None
-    return None  # ended by a signal, or by down: no status was written
-
-
-def group_of(entry: Mapping[str, Any]) -> list[psutil.Process]:
+def group_of(entry: ServiceEntry) -> list[psutil.Process]:
     """Every process of the entry's session (its group leader and all it started)."""
     leader = _process(entry)
     if leader is None:
@@ -118,7 +125,7 @@ def group_of(entry: Mapping[str, Any]) -> list[psutil.Process]:
     return members
 
 
-def listening(entry: Mapping[str, Any]) -> tuple[str, ...]:
+def listening(entry: ServiceEntry) -> tuple[str, ...]:
     """The TCP ports the entry's processes listen on (what compose shows as published)."""
     found = set()
     for member in group_of(entry):
@@ -140,23 +147,29 @@ def cpu_seconds(members: list[psutil.Process]) -> float:
     return total
 
 
-def stop_group(entry: Mapping[str, Any], *, grace_s: float) -> None:
-    """SIGTERM to the group, SIGKILL to whatever is left after ``grace_s``."""
+def stop_group(entry: ServiceEntry, *, grace_s: float) -> None:
+    """SIGTERM to the group, SIGKILL to whatever is left after ``grace_s``: the group only
+    while its leader is proven the entry's (a live leader keeps its group's id from reuse),
+    each member by psutil (which checks it is still the process it listed)."""
     leader = _process(entry)
     if leader is None:
         return
     members = group_of(entry)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(leader.pid, signal.SIGTERM)
+    _signal_group(leader, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_running(m) for m in members):
         time.sleep(_STOP_POLL_S)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(leader.pid, signal.SIGKILL)
+    _signal_group(leader, signal.SIGKILL)
     for member in members:  # a child that left the group (setsid) goes too
         with contextlib.suppress(psutil.Error):
             member.kill()
     psutil.wait_procs(members, timeout=5)
+
+
+def _signal_group(leader: psutil.Process, signum: int) -> None:
+    if _running(leader):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader.pid, signum)
 
 
 def _running(process: psutil.Process) -> bool:

@@ -6,9 +6,12 @@ with ``taskset`` and, under ``isolation: container``, inside the view its contai
 (doctor's ``unshare`` view: only its GPUs' device nodes, its PID namespace). A small ``sh``
 parent records the exit status, so a process that died is seen as "exited (code N)" from any
 shell. Everything about a running project lives in its state folder (``.cache/process/<project>/``:
-``state.json`` with each group's id and start time, one log per service), so ``status``,
-``logs`` and ``down`` work from another shell; ``down`` ends whole groups (SIGTERM, then
-SIGKILL after the service's grace period) and leaves nothing running.
+``state.json`` with what proves each group the service's (``process_state``), one log per
+service, its supervisor's PID record, exit status and restart count), so ``status``, ``logs``
+and ``down`` work from another shell; ``down`` ends whole groups (SIGTERM, then SIGKILL after
+the service's grace period), leaves nothing running and removes every file that named a
+process. Nothing in the state folder is written, replaced or removed through a link
+(``generator/owned.py``), and what is read back is bounded: ``status`` reads a log's tail.
 
 Health is the container's own check (``python3 -c ...`` probing the service's ports), run with
 the service's Python at most every ``HEALTH_EVERY_S``.
@@ -18,23 +21,29 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from generator.errors import StackError, XpydError
+from generator.owned import (
+    append_descriptor,
+    owned_dir,
+    read_bounded,
+    read_from,
+    read_tail,
+    remove_file,
+    remove_tree,
+)
 from generator.runtimes.base import ServiceState
 from generator.runtimes.groups import (
     alive,
     cpu_seconds,
     create_time,
-    exit_code,
     group_of,
     listening,
     spawn,
@@ -42,13 +51,23 @@ from generator.runtimes.groups import (
     stop_group,
 )
 from generator.runtimes.isolation import ContainerView, PidNamespace, view_command
+from generator.runtimes.process_state import (
+    MARKER_ENV,
+    STATE_FILE,
+    ServiceEntry,
+    StackState,
+    new_marker,
+    plan_digest,
+    read_state,
+    write_state,
+)
 from generator.serializers.process import (
     SECRETS_DIR,
     ProcessProject,
     ProcessService,
-    load_process_project,
     map_path,
 )
+from generator.serializers.process_file import load_process_project
 from generator.services.model import Secret
 from generator.spec import Isolation
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
@@ -62,14 +81,27 @@ _HEALTH_TIMEOUT_S = 10.0
 _MAX_GRACE_S = 30.0
 _DIGESTED_FILE_MAX_BYTES = 1 << 20  # configs are small; a larger file is read by size and time
 _EXECUTE_TIMEOUT_S = 60.0
-# The caller's Python environment must not leak into the services' own.
-_DROPPED_ENV = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__")
+# The caller's Python environment must not leak into the services' own, nor a marker of its own.
+_DROPPED_ENV = (
+    "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__", MARKER_ENV
+)  # fmt: skip
 # What an image holds and a process finds elsewhere, for commands run beside a service (the
 # supervisor's --signal mode, which `bench --fault` sends).
 _RUNTIME_PATHS: dict[str, str | None] = {SUPERVISOR_IN_IMAGE: SUPERVISOR}
 # Runs the service as its child and keeps its exit status (a process group's leader that ends
-# is reaped by whoever started it, which may be gone: the file outlives both).
-_KEEP_STATUS = '"$@"; status=$?; echo "$status" > "$XPYD_EXIT_FILE"; exit "$status"'
+# is reaped by whoever started it, which may be gone: the file outlives both). The file is
+# removed first and then made anew (noclobber), never written through a link put there.
+_KEEP_STATUS = (
+    '"$@"; status=$?; rm -f "$XPYD_EXIT_FILE"; (set -C; echo "$status" > "$XPYD_EXIT_FILE"); '
+    'exit "$status"'
+)
+# A one-off run's leader: a shell that stays (the group's leader carries the marker).
+_ONEOFF_LEADER = '"$@"; exit "$?"'
+_LOG_TAIL_BYTES = 1 << 20  # what status and the waits read of a log
+_LOGS_MAX_BYTES = 64 << 20  # what `logs` prints of one, from its end
+_SMALL_FILE_BYTES = 4096  # exit status, restart count
+# Every file of a service in its state folder that names or describes its process.
+_SERVICE_FILES = (".pid", ".exit", ".restarts")
 
 
 @dataclass(frozen=True)
@@ -110,53 +142,70 @@ class ProcessStack:
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    # --- state on disk ----------------------------------------------------------------
+
+    def _state(self) -> StackState:
+        found = read_state(self.state_dir, self.project)
+        return found or StackState(plan=plan_digest(self._plan.text))
+
+    def _save(self, state: StackState) -> None:
+        owned_dir(self.root, self._plan.state)
+        write_state(self.root, self.state_dir, state)
+
+    def _file(self, name: str, suffix: str) -> Path:
+        return self.state_dir / f"{name}{suffix}"
+
     # --- starting -----------------------------------------------------------------------
 
     def up(self, services: list[str]) -> None:
         """Starts what is not running, and again what runs by another definition than the
         plan's now (as compose recreates a changed service: a `--set` on the router, its
         config file's content)."""
-        state = self._read_state()
+        state = self._state().model_copy(update={"plan": plan_digest(self._plan.text)})
         for name in services:
             service = self._plan.service(name)
-            if name in state and alive(state[name]):
-                definition = self._definition(service)
-                if state[name].get("definition", definition) == definition:
-                    continue  # (a state from before definitions were kept: left as it runs)
-                stop_group(state[name], grace_s=min(_grace_s(self._plan, name), _MAX_GRACE_S))
+            entry = state.services.get(name)
+            if entry is not None and alive(entry):
+                if entry.definition == self._definition(service):
+                    continue
+                stop_group(entry, grace_s=_grace_s(self._plan, name))
                 self._health.pop(name, None)
-            state[name] = self._start(service)
-            self._write_state(state)
+            state = state.with_service(name, self._start(service))
+            self._save(state)
+        self._save(state)
 
     def restart(self, services: list[str]) -> None:
-        state = self._read_state()
+        state = self._state()
         for name in services:
-            if name in state:
-                stop_group(state[name], grace_s=min(_grace_s(self._plan, name), _MAX_GRACE_S))
+            if (entry := state.services.get(name)) is not None:
+                stop_group(entry, grace_s=_grace_s(self._plan, name))
             self._health.pop(name, None)
-            state[name] = self._start(self._plan.service(name))
-            self._write_state(state)
+            state = state.with_service(name, self._start(self._plan.service(name)))
+            self._save(state)
 
-    def _start(self, service: ProcessService) -> dict[str, Any]:
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        exit_file = self.state_dir / f"{service.name}.exit"
-        exit_file.unlink(missing_ok=True)
-        restarts_file = self.state_dir / f"{service.name}.restarts"
-        restarts_file.unlink(missing_ok=True)
+    def _start(self, service: ProcessService) -> ServiceEntry:
+        owned_dir(self.root, self._plan.state / "logs")
+        for suffix in _SERVICE_FILES:  # a link planted there goes, unfollowed
+            remove_file(self.root, self._file(service.name, suffix))
+        marker = new_marker()
         env = self._environment(service) | {
-            "XPYD_EXIT_FILE": str(exit_file),
-            "XPYD_RESTARTS_FILE": str(restarts_file),
+            "XPYD_EXIT_FILE": str(self._file(service.name, ".exit")),
+            "XPYD_RESTARTS_FILE": str(self._file(service.name, ".restarts")),
+            MARKER_ENV: marker,
         }
-        argv = [
-            "/bin/sh",
-            "-c",
-            _KEEP_STATUS,
-            "xpyd-service",
-            *self._argv(service, service.command),
-        ]
-        pid = spawn_service(argv, env, self.root, self.logs_dir / f"{service.name}.log")
-        started = {"pid": pid, "started": create_time(pid), "exit_file": str(exit_file)}
-        return started | {"definition": self._definition(service)}
+        argv = ["/bin/sh", "-c", _KEEP_STATUS, "xpyd-service"]
+        argv += self._argv(service, service.command)
+        log = append_descriptor(self.root, self.logs_dir / f"{service.name}.log")
+        try:
+            pid = spawn_service(argv, env, self.root, log)
+        finally:
+            os.close(log)
+        started = create_time(pid)  # our child: it stays (a zombie at worst) until reaped
+        if started is None:
+            raise StackError(f"{service.name} vanished as it started (pid {pid})")
+        return ServiceEntry(
+            pid=pid, started=started, marker=marker, definition=self._definition(service)
+        )
 
     def _definition(self, service: ProcessService) -> str:
         """A digest of what the service runs: its plan entry and the files it is given (its
@@ -212,8 +261,8 @@ class ProcessStack:
         if service.interpreter == "router":
             env["PYTHONPATH"] = str(self.root)  # the router image's /opt/xpyd/generator
         env |= self._secret_env(service) | _passed_env(service)
-        # Its supervisor keeps the command's PID here, where `bench --fault` reads it.
-        env[PID_FILE_ENV] = str(self.state_dir / f"{service.name}.pid")
+        # Its supervisor keeps the command's PID record here, where `bench --fault` reads it.
+        env[PID_FILE_ENV] = str(self._file(service.name, ".pid"))
         if self.isolation is Isolation.PLAIN and service.gpus and "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = _host_gpu_ids(env["CUDA_VISIBLE_DEVICES"], service.gpus)
         return env
@@ -240,44 +289,57 @@ class ProcessStack:
 
     def ps(self, *, max_age_s: float = 0.0) -> list[ServiceState]:
         del max_age_s  # reading /proc is cheap; health checks have their own pace
-        states = []
-        for name, entry in sorted(self._read_state().items()):
-            running = alive(entry)
-            code = None if running else exit_code(entry)
-            restarts = self._restarts_of(name)
-            health = self._health_of(name, restarts) if running else None
-            status = "running" if running else "exited"
-            ports = listening(entry) if running else ()
-            started = entry.get("started") if running else None
-            last_exit = self._last_exit(name, running=running) if restarts or not running else None
-            states.append(
-                ServiceState(
-                    name,
-                    f"pid {entry['pid']}",
-                    status,
-                    health,
-                    code,
-                    ports,
-                    restarts=restarts,
-                    last_exit=last_exit,
-                    started_at=started,
-                )
+        state = self._state()
+        self._refuse_another_plan(state)
+        return [self._service_state(name, entry) for name, entry in sorted(state.services.items())]
+
+    def _refuse_another_plan(self, state: StackState) -> None:
+        """Health checks are commands from the plan: only the plan `up` started from runs."""
+        if state.services and state.plan != plan_digest(self._plan.text):
+            raise XpydError(
+                f"{self._plan.plan_file} changed since up started {self.project}'s services: "
+                "status runs no health check of a plan that started nothing",
+                hint="up the stack again (it replaces what changed), or down it",
             )
-        return states
+
+    def _service_state(self, name: str, entry: ServiceEntry) -> ServiceState:
+        running = alive(entry)
+        restarts = self._restarts_of(name)
+        health = self._health_of(name, restarts) if running and not entry.oneoff else None
+        last_exit = self._last_exit(name, running=running) if restarts or not running else None
+        return ServiceState(
+            name,
+            f"pid {entry.pid}",
+            "running" if running else "exited",
+            health,
+            None if running else self._exit_code(name),
+            listening(entry) if running else (),
+            restarts=restarts,
+            last_exit=last_exit,
+            started_at=entry.started if running else None,
+        )
+
+    def _small_file(self, name: str, suffix: str) -> str:
+        with contextlib.suppress(ValueError):
+            return read_bounded(self._file(name, suffix), max_bytes=_SMALL_FILE_BYTES) or ""
+        return ""  # damaged: says nothing
+
+    def _exit_code(self, name: str) -> int | None:
+        """The status its shell wrote (none: ended by a signal, or by down)."""
+        text = self._small_file(name, ".exit").strip()
+        return int(text) if text.isascii() and text.isdigit() and int(text) <= 255 else None
 
     def _restarts_of(self, name: str) -> int:
-        count = self._restarts_file(name)[:1]
-        return int(count[0]) if count and count[0].isdigit() else 0
+        count = self._small_file(name, ".restarts").splitlines()[:1]
+        valid = count and count[0].isascii() and count[0].isdigit() and len(count[0]) < 6
+        return int(count[0]) if valid else 0
 
     def _last_exit(self, name: str, *, running: bool) -> str | None:
         """Why its command last ended, as its supervisor said: written beside the restart
         count while it runs, or (the supervisor itself gone) its last line in the log."""
-        if running and (why := self._restarts_file(name)[1:2]):
-            return why[0]
+        if running and (why := self._small_file(name, ".restarts").splitlines()[1:2]):
+            return why[0][:500]
         return last_said(self.logs(name, tail=200))
-
-    def _restarts_file(self, name: str) -> list[str]:
-        return _text(self.state_dir / f"{name}.restarts").splitlines()
 
     def _health_of(self, name: str, restarts: int) -> str | None:
         """The last check's answer, at most ``HEALTH_EVERY_S`` old and never one about the
@@ -309,36 +371,42 @@ class ProcessStack:
             return False
         return done.returncode == 0
 
+    def _log_names(self) -> list[str]:
+        """The services and one-off runs this project has logs of: the plan's and the
+        state's (never a folder listing: the folder may hold anything)."""
+        names = {service.name for service in self._plan.services}
+        with contextlib.suppress(XpydError):
+            names |= set(self._state().services)
+        return sorted(name for name in names if (self.logs_dir / f"{name}.log").is_file())
+
     def logs(self, service: str | None = None, *, tail: int | None = None) -> str:
-        names = [service] if service else sorted(self._log_names())
+        names = [service] if service else self._log_names()
         parts = []
         for name in names:
             path = self.logs_dir / f"{name}.log"
-            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+            text, skipped = read_tail(path, max_bytes=_LOG_TAIL_BYTES if tail else _LOGS_MAX_BYTES)
             lines = text.splitlines()[-tail:] if tail else text.splitlines()
+            if skipped and not tail:
+                lines.insert(0, f"(its first {skipped} bytes are left out: see {path})")
             parts += lines if service else [f"{name} | {line}" for line in lines]
         return "\n".join(parts) + ("\n" if parts else "")
 
-    def _log_names(self) -> list[str]:
-        return [path.stem for path in self.logs_dir.glob("*.log")] if self.logs_dir.is_dir() else []
-
     def follow_logs(self, service: str | None, on_line: Callable[[str], None]) -> None:
-        """Print new lines as they come (Ctrl+C ends it), like `docker compose logs -f`."""
+        """Print new lines as they come (Ctrl+C ends it), like `docker compose logs -f`,
+        from the last ``_LOG_TAIL_BYTES`` of each log on."""
         positions: dict[str, int] = {}
         while True:
-            for name in [service] if service else sorted(self._log_names()):
+            for name in [service] if service else self._log_names():
                 path = self.logs_dir / f"{name}.log"
-                with contextlib.suppress(FileNotFoundError), path.open("rb") as log:
-                    log.seek(positions.get(name, 0))
-                    for line in log.read().decode(errors="replace").splitlines():
-                        on_line(line if service else f"{name} | {line}")
-                    positions[name] = log.tell()
+                start = positions.get(name)
+                text, positions[name] = read_from(path, start, max_bytes=_LOG_TAIL_BYTES)
+                for line in text.splitlines():
+                    on_line(line if service else f"{name} | {line}")
             time.sleep(0.5)
 
     def cpu_percentages(self) -> dict[str, float]:
-        groups = {
-            name: group_of(entry) for name, entry in self._read_state().items() if alive(entry)
-        }
+        entries = self._state().services
+        groups = {name: group_of(entry) for name, entry in entries.items() if alive(entry)}
         before = {name: cpu_seconds(members) for name, members in groups.items()}
         started = time.monotonic()
         time.sleep(1.0)
@@ -380,81 +448,50 @@ class ProcessStack:
         merged = definition.paths | extra
         paths = dict(sorted(merged.items(), key=lambda item: -len(item[0])))
         mapped = [map_path(part, paths, what="the command") for part in command]
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        out = self.logs_dir / f"{name}.out"
-        err = self.logs_dir / f"{name}.err"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            process = spawn(
-                self._argv(definition, mapped), self._environment(definition) | env, self.root,
-                stdout=stdout, stderr=stderr,
-            )  # fmt: skip
-        state = self._read_state()
-        state[name] = {"pid": process.pid, "started": create_time(process.pid), "oneoff": True}
-        self._write_state(state)
+        out, err = self.logs_dir / f"{name}.out", self.logs_dir / f"{name}.err"
+        for path in (out, err):
+            remove_file(self.root, path)
+        marker = new_marker()
+        argv = ["/bin/sh", "-c", _ONEOFF_LEADER, "xpyd-oneoff", *self._argv(definition, mapped)]
+        environment = self._environment(definition) | env | {MARKER_ENV: marker}
+        stdout = append_descriptor(self.root, out)
+        stderr = append_descriptor(self.root, err)
+        try:
+            process = spawn(argv, environment, self.root, stdout=stdout, stderr=stderr)
+        finally:
+            os.close(stdout)
+            os.close(stderr)
+        started = create_time(process.pid)
+        assert started is not None  # our child, not yet waited for: it is there
+        entry = ServiceEntry(pid=process.pid, started=started, marker=marker, oneoff=True)
+        self._save(self._state().with_service(name, entry))
         return ProcessOneOff(self, name, process, out, err)
 
     def remove_oneoff(self, name: str) -> None:
-        state = self._read_state()
-        entry = state.pop(name, None)
-        if entry is not None:
+        state = self._state()
+        if (entry := state.services.get(name)) is not None:
             stop_group(entry, grace_s=5.0)
-            self._write_state(state)
+            self._save(state.without(name))
 
     # --- stopping -----------------------------------------------------------------------
 
     def down(self, *, volumes: bool = False) -> None:
-        state = self._read_state()
-        order = [s.name for s in self._plan.services if s.name in state]
-        for name in [*sorted(set(state) - set(order)), *reversed(order)]:
-            grace = min(_grace_s(self._plan, name), _MAX_GRACE_S)
-            stop_group(state[name], grace_s=grace)
-        (self.state_dir / "state.json").unlink(missing_ok=True)
+        """Ends every process the state proves its own (the plan may have changed since:
+        the state alone says what runs), then removes the files that named them."""
+        state = read_state(self.state_dir, self.project)
+        running = state.services if state else {}
+        order = [s.name for s in self._plan.services if s.name in running]
+        for name in [*sorted(set(running) - set(order)), *reversed(order)]:
+            stop_group(running[name], grace_s=_grace_s(self._plan, name))
         self._health.clear()
+        names = {*running, *(s.name for s in self._plan.services)}
+        for name in sorted(names):
+            for suffix in _SERVICE_FILES:
+                remove_file(self.root, self._file(name, suffix))
+        remove_file(self.root, self.state_dir / STATE_FILE)
         if volumes:
             for folder in ("vllm-cache", "model-cache"):
-                shutil.rmtree(self.state_dir / folder, ignore_errors=True)
-
-    # --- state on disk ----------------------------------------------------------------
-
-    def _read_state(self) -> dict[str, dict[str, Any]]:
-        return dict(_read_state_file(self.state_dir / "state.json").get("services", {}))
-
-    def _write_state(self, services: Mapping[str, dict[str, Any]]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self.state_dir / "state.json"
-        document = {
-            "pythons": {"engine": str(self.pythons.engine), "router": str(self.pythons.router)},
-            "isolation": self.isolation.value,
-            "services": dict(services),
-        }
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=2), encoding="utf-8")
-        temporary.replace(path)  # another shell never reads half a file
-
-
-def rendered_process_stack(plan_file: Path, root: Path, fallback: Pythons) -> ProcessStack:
-    """A rendered host's processes as `up` left them (from another shell): its plan file, and
-    the Pythons and isolation its state recorded (``fallback`` where nothing runs)."""
-    project = load_process_project(plan_file, root)
-    state = _read_state_file(root / project.state / "state.json")
-    pythons = fallback
-    if "pythons" in state:
-        pythons = Pythons(Path(state["pythons"]["engine"]), Path(state["pythons"]["router"]))
-    isolation = Isolation(state.get("isolation", Isolation.PLAIN.value))
-    return ProcessStack(project, root, pythons, isolation=isolation)
-
-
-def _read_state_file(path: Path) -> dict[str, Any]:
-    try:
-        loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise XpydError(
-            f"{path} is not readable ({exc})",
-            hint="stop its processes by hand (see its logs/), then remove the file",
-        ) from exc
-    return loaded
+                remove_tree(self.root, self._plan.state / folder)
 
 
 @dataclass
@@ -482,14 +519,23 @@ class ProcessOneOff:
             self.process.wait(timeout=5)
 
 
+def rendered_process_stack(
+    plan_file: Path, root: Path, pythons: Pythons, isolation: Isolation
+) -> ProcessStack:
+    """A rendered host's processes as `up` left them (from another shell): its plan file read
+    back, and the Pythons and isolation its rendered plan names."""
+    project = load_process_project(plan_file, root)
+    return ProcessStack(project, root, pythons, isolation=isolation)
+
+
 def _text(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    return read_tail(path, max_bytes=_LOG_TAIL_BYTES)[0]
 
 
 def _grace_s(plan: ProcessProject, name: str) -> float:
     with contextlib.suppress(StopIteration):
-        return float(plan.service(name).stop_grace_s)
-    return 5.0  # a one-off
+        return min(float(plan.service(name).stop_grace_s), _MAX_GRACE_S)
+    return 5.0  # a one-off, or a service of an edited plan
 
 
 def _host_gpu_ids(positions: str, visible: tuple[int, ...]) -> str:

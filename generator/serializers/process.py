@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from generator.errors import XpydError
 from generator.serializers.yaml_text import dump_yaml
 from generator.services.model import (
     BindMount,
@@ -41,7 +40,6 @@ __all__ = [
     "STATE_DIR",
     "ProcessProject",
     "ProcessService",
-    "load_process_project",
     "map_path",
     "process_projects",
     "state_dir",
@@ -86,7 +84,8 @@ class ProcessService:
 @dataclass(frozen=True)
 class ProcessProject:
     """One host's services as processes: the plan, its text, and the host's secrets (where
-    each comes from, never a value). Read back from its file by ``load_process_project``."""
+    each comes from, never a value). Read back from its file by
+    ``process_file.load_process_project``."""
 
     name: str  # the project's name (as compose's)
     host: str
@@ -241,53 +240,3 @@ def _document(service: ProcessService) -> dict[str, Any]:
         fields["restarts_with"] = list(service.restarts_with)
     fields["paths"] = service.paths
     return fields
-
-
-def load_process_project(path: Path, root: Path) -> ProcessProject:
-    """A process plan render wrote, read back (``status``, ``logs`` and ``down`` from another
-    shell act on what was rendered, --set overrides included)."""
-    import yaml
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        document = yaml.safe_load(text)
-        services = tuple(
-            _read_service(name, fields) for name, fields in document["services"].items()
-        )
-        secrets = tuple(
-            Secret(name, entry["source"], entry["from"])
-            for name, entry in (document.get("secrets") or {}).items()
-        )
-        directory = PurePosixPath(path.parent.relative_to(root).as_posix())
-        host = str(document["x-xpyd"]["host"])
-        return ProcessProject(str(document["name"]), host, directory, services, secrets, text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise XpydError(
-            f"{path} is not a process plan render wrote ({exc})", hint="render the stack again"
-        ) from exc
-
-
-def _read_service(name: str, fields: dict[str, Any]) -> ProcessService:
-    gpus = fields.get("gpus") or {}
-    health = fields.get("healthcheck") or {}
-    return ProcessService(
-        name=name,
-        role=str(fields["role"]),
-        interpreter="router" if fields["python"] == "router" else "engine",
-        command=tuple(str(part) for part in fields["command"]),
-        env={str(k): str(v) for k, v in (fields.get("environment") or {}).items()},
-        health=tuple(str(part) for part in health.get("test", ())),
-        start_period_s=int(health.get("start_period_s", 0)),
-        depends_on=tuple(fields.get("depends_on", ())),
-        cpus=tuple(int(cpu) for cpu in fields.get("cpus", ())),
-        gpus=tuple(int(gpu) for gpu in gpus.get("visible", ())),
-        host_pid=gpus.get("pid") == "host",
-        secrets=tuple(fields.get("secrets", ())),
-        passed_env=tuple(str(env) for env in fields.get("passed_env", ())),
-        on_demand=bool(fields.get("on_demand", False)),
-        stop_grace_s=int(fields.get("stop_grace_s", 30)),
-        paths=dict(fields.get("paths") or {}),
-        max_restarts=int(fields.get("restarts", 0)),
-        registered_at=fields.get("registered_at"),
-        restarts_with=tuple(str(url) for url in fields.get("restarts_with", ())),
-    )

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from generator.errors import StackError
+from generator.owned import owned_dir, write_text
 from generator.services.bench import BENCH_RESULTS_DIR, BenchSettings, bench_command
 from generator.workflow.context import RunContext
 
@@ -51,8 +52,7 @@ def run_bench_point(
 ) -> Path:
     """Runs the benchmark to the end (bounded, with progress); its result JSON, with its
     output beside it (``<name>.log``). Fails with the log's tail."""
-    folder = context.run_dir / "bench"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = owned_dir(context.run_dir, PurePosixPath("bench"))
     runtime = context.router_host.runtime
     container = f"{runtime.project}-bench-{name}"
     runtime.remove_oneoff(container)  # left by a run that was killed
@@ -65,7 +65,7 @@ def run_bench_point(
     finally:
         oneoff.remove()
     log = stdout + stderr
-    (folder / f"{name}.log").write_text(log, encoding="utf-8")
+    write_text(folder, folder / f"{name}.log", log)
     if code is None:
         raise StackError(f"the benchmark ran past {timeout_s:g} s", hint="raise its timeout")
     if code != 0:

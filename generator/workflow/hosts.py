@@ -14,7 +14,7 @@ from generator.plan import HostPlan, Plan
 from generator.render import ComposeProject, RenderedStack
 from generator.runtimes import ServiceRuntime
 from generator.runtimes.process import ProcessStack, Pythons
-from generator.spec import Isolation, Runtime
+from generator.spec import Isolation, ProcessSpec, Profile, Runtime
 from generator.workflow.engines import endpoint_of, host_endpoints
 
 __all__ = ["HostStack", "host_stacks", "rendered_stacks"]
@@ -82,15 +82,16 @@ def _process_stacks(
 def plan_pythons(plan: Plan, workspace: Workspace) -> Pythons:
     """The process runtime's interpreters: the spec's (process.python / router_python), else
     the ones `python -m generator env` makes under .cache/env/."""
+    return settings_pythons(plan.process or ProcessSpec(), plan.profile, workspace)
+
+
+def settings_pythons(settings: ProcessSpec, profile: Profile, workspace: Workspace) -> Pythons:
     from generator.envs import default_pythons
 
-    defaults = default_pythons(workspace, plan.profile)
-    settings = plan.process
-    engine = settings.python if settings and settings.python else None
-    router = settings.router_python if settings and settings.router_python else None
+    defaults = default_pythons(workspace, profile)
     return Pythons(
-        engine=Path(engine) if engine else defaults.engine,
-        router=Path(router) if router else defaults.router,
+        engine=Path(settings.python) if settings.python else defaults.engine,
+        router=Path(settings.router_python) if settings.router_python else defaults.router,
     )
 
 
@@ -100,7 +101,6 @@ def rendered_stacks(
     """(host, what runs that host's services) of a rendered stack, the engines checked: what
     `down`, `status` and `logs` act on (stacks rendered with --set overrides too). A host
     rendered for the process runtime is read back from its processes.yaml and state."""
-    from generator.envs import default_pythons
     from generator.paths import find_workspace
     from generator.runtimes.process import rendered_process_stack
     from generator.workbench import rendered_projects
@@ -113,8 +113,10 @@ def rendered_stacks(
         if service is not None and service not in rendered.services:
             continue
         if rendered.process_file is not None:
-            fallback = default_pythons(workspace, rendered.profile)
-            runtime = rendered_process_stack(rendered.process_file, workspace.root, fallback)
+            pythons = settings_pythons(rendered.process, rendered.profile, workspace)
+            runtime = rendered_process_stack(
+                rendered.process_file, workspace.root, pythons, rendered.process.isolation
+            )
             found.append((rendered.host, runtime))
             continue
         endpoint = endpoint_of(rendered.host, rendered.docker)

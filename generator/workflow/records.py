@@ -2,22 +2,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from generator.errors import XpydError
+from generator.owned import owned_dir, read_bounded, write_text
 from generator.workflow.states import TaskState
 
-__all__ = ["RunRecord", "TaskRecord", "latest_run", "new_run_id"]
+__all__ = ["RUNS_DIR", "RunRecord", "TaskRecord", "claim_run_dir", "latest_run", "new_run_id"]
+
+RUNS_DIR = PurePosixPath("runs")
+_MAX_SAME_SECOND = 100
+_MAX_RUNS_READ = 200  # status looks at the newest ones only
+_RUN_JSON_MAX_BYTES = 16 << 20
 
 
 def new_run_id(stack: str) -> str:
     return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{stack}"
+
+
+def claim_run_dir(root: Path, what: str, run_id: str | None) -> Path:
+    """``runs/<run-id>/`` of a new run, made now, never through a link: the folder of the id
+    the user gave (kept if it exists: they named it), or of a new id for ``what`` that no
+    other run has (two runs in one second take -2, -3, ...)."""
+    runs = owned_dir(root, RUNS_DIR)
+    if run_id is not None:
+        return owned_dir(root, RUNS_DIR / run_id)
+    base = new_run_id(what)
+    for attempt in range(1, _MAX_SAME_SECOND + 1):
+        candidate = runs / (base if attempt == 1 else f"{base}-{attempt}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(candidate)
+            return candidate
+    raise XpydError(f"{_MAX_SAME_SECOND} runs of {what} in one second", hint="try again")
 
 
 def _now() -> str:
@@ -92,7 +116,6 @@ class RunRecord:
             self._flush()
 
     def _flush(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         data = {
             "run_id": self.run_id,
             "stack": self.stack,
@@ -104,9 +127,8 @@ class RunRecord:
             "results": self.results,
             "plan": self.plan,
         }
-        temporary = self.directory / ".run.json.tmp"
-        temporary.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(temporary, self.directory / "run.json")
+        text = json.dumps(data, indent=2, default=str) + "\n"
+        write_text(self.directory, self.directory / "run.json", text)
 
 
 def _public(fields: dict[str, Any]) -> dict[str, Any]:
@@ -119,12 +141,29 @@ def _public(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def latest_run(runs_dir: Path, stack: str) -> dict[str, Any] | None:
-    """The newest run.json of ``stack`` under ``runs_dir``, if any."""
+    """The newest readable run.json of ``stack`` under ``runs_dir``, if any (each read
+    bounded; a damaged or foreign one is passed over)."""
     candidates = sorted(
-        runs_dir.glob("*/run.json"), key=lambda path: path.stat().st_mtime, reverse=True
+        runs_dir.glob("*/run.json"), key=lambda path: path.lstat().st_mtime, reverse=True
     )
-    for path in candidates:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("stack") == stack:
-            return data
+    for path in candidates[:_MAX_RUNS_READ]:
+        with contextlib.suppress(ValueError, RecursionError):
+            data = json.loads(read_bounded(path, max_bytes=_RUN_JSON_MAX_BYTES) or "null")
+            if isinstance(data, dict) and data.get("stack") == stack:
+                return _shown(data)
     return None
+
+
+def _shown(data: dict[str, Any]) -> dict[str, Any]:
+    """The fields `status` shows, as short text (a run.json may have been edited)."""
+    shown: dict[str, Any] = {
+        key: None if data.get(key) is None else str(data[key])[:100]
+        for key in ("run_id", "status", "started_at", "ended_at")
+    }
+    tasks = data.get("tasks")
+    shown["tasks"] = {
+        str(name)[:100]: {"state": str(task.get("state"))[:40]}
+        for name, task in (tasks.items() if isinstance(tasks, dict) else ())
+        if isinstance(task, dict)
+    }
+    return shown

@@ -6,14 +6,16 @@ import re
 from pathlib import Path
 
 from generator.errors import StackError, XpydError
+from generator.owned import write_text
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render import render_stack
+from generator.stack_lock import holding
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.dag import build_graph, default_selection
 from generator.workflow.graph import Graph
 from generator.workflow.hosts import host_stacks
-from generator.workflow.records import RunRecord, new_run_id
+from generator.workflow.records import RunRecord, claim_run_dir, new_run_id
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.runner import TaskFailure, run_graph
 
@@ -45,15 +47,18 @@ def make_context(
     *,
     directory: Path | None = None,
 ) -> RunContext:
-    """``directory``: where the run's record goes (default: runs/<run-id>/)."""
+    """``directory``: where the run's record goes (default: runs/<run-id>/, a new id's folder
+    when none is given)."""
     if run_id is not None:
         check_run_id(run_id)
     rendered = render_stack(plan, workspace)
-    run_id = run_id or new_run_id(plan.stack)
+    if directory is None:
+        directory = claim_run_dir(workspace.root, plan.stack, run_id)
+        run_id = directory.name
     record = RunRecord(
-        run_id=run_id,
+        run_id=run_id or new_run_id(plan.stack),
         stack=plan.stack,
-        directory=directory or workspace.runs_dir / run_id,
+        directory=directory,
         plan=plan.model_dump(mode="json"),
         options={
             "bench": options.bench,
@@ -66,6 +71,12 @@ def make_context(
 
 
 def up_stack(context: RunContext, *, start_from: str | None = None) -> None:
+    """Runs the stack's task graph, holding the stack's lock (one writer per stack)."""
+    with holding(context.workspace.root, context.plan.stack, f"up {context.plan.stack}"):
+        _up_stack(context, start_from)
+
+
+def _up_stack(context: RunContext, start_from: str | None) -> None:
     graph = build_graph(context.plan, context.options)
     selected = default_selection(graph, context, start_from)
     context.reporter.event(
@@ -109,7 +120,6 @@ def _report_failure(context: RunContext, failure: TaskFailure) -> None:
 
 def _save_logs(context: RunContext) -> None:
     """Every service's full log beside run.json (kept for CI artifacts and post-mortems)."""
-    context.record.logs_dir.mkdir(parents=True, exist_ok=True)
     for stack in context.hosts.values():
         try:
             states = stack.runtime.ps()
@@ -117,4 +127,4 @@ def _save_logs(context: RunContext) -> None:
             continue  # an unreachable host has no logs to keep
         for state in states:
             text = stack.runtime.logs(state.service)
-            (context.record.logs_dir / f"{state.service}.log").write_text(text, encoding="utf-8")
+            write_text(context.run_dir, context.record.logs_dir / f"{state.service}.log", text)

@@ -13,7 +13,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
-from generator.serializers.process import load_process_project
+from generator.serializers.process_file import load_process_project
 from generator.stack import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

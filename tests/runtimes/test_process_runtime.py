@@ -16,6 +16,8 @@ import pytest
 from generator.bench.faults import signal_service
 from generator.runtimes.process import ProcessStack, Pythons, rendered_process_stack
 from generator.serializers.process import ProcessProject, ProcessService
+from generator.spec import Isolation
+from generator.supervise import PidRecord
 
 PYTHONS = Pythons(engine=Path(sys.executable), router=Path(sys.executable))
 
@@ -49,6 +51,24 @@ def script_service(name: str, code: str, **fields: object) -> ProcessService:
 
 def project(*services: ProcessService) -> ProcessProject:
     return ProcessProject("xpyd-test", "local", PurePosixPath("compose/t"), services, (), "")
+
+
+def written_project(root: Path, *services: ProcessService) -> ProcessProject:
+    """A process plan as render writes it, on disk under ``root`` (what another shell reads)."""
+    from generator.serializers.process import _document, state_dir
+    from generator.serializers.yaml_text import dump_yaml
+
+    document = {
+        "name": "xpyd-test",
+        "x-xpyd": {"stack": "test", "host": "local", "runtime": "process"},
+        "state": str(state_dir("xpyd-test")),
+        "services": {service.name: _document(service) for service in services},
+    }
+    text = dump_yaml(document)
+    made = replace(project(*services), text=text)
+    (root / made.plan_file).parent.mkdir(parents=True, exist_ok=True)
+    (root / made.plan_file).write_text(text)
+    return made
 
 
 def wait_for(condition: object, timeout_s: float = 30.0) -> None:
@@ -172,13 +192,14 @@ def test_a_fault_hits_its_own_stacks_service_only(tmp_path: Path) -> None:
     for stack in stacks:
         stack.up(["decode-0"])
     try:
-        wait_for(lambda: all((s.state_dir / "decode-0.pid").exists() for s in stacks))
-        commands = [(s.state_dir / "decode-0.pid").read_text() for s in stacks]
+        records = [s.state_dir / "decode-0.pid" for s in stacks]
+        wait_for(lambda: all(record.exists() and record.read_text() for record in records))
+        commands = [PidRecord.parse(record.read_text()).pid for record in records]
         said = signal_service(hit, "decode-0", "KILL")
         assert f"sent SIGKILL to decode-0 (pid {commands[0]})" in said
         wait_for(lambda: hit.ps()[0].restarts == 1)
         assert hit.ps()[0].last_exit == "decode-0 was killed by SIGKILL"
-        assert (beside.ps()[0].restarts, psutil.pid_exists(int(commands[1]))) == (0, True)
+        assert (beside.ps()[0].restarts, psutil.pid_exists(commands[1])) == (0, True)
     finally:
         for stack in stacks:
             stack.down()
@@ -246,22 +267,13 @@ def members(stack: ProcessStack) -> list[psutil.Process]:
 def test_another_shell_sees_and_stops_what_up_started(tmp_path: Path) -> None:
     """status/logs/down read the rendered plan and the state: nothing in memory is shared."""
     service = http_service("web", free_port())
-    plan_file = tmp_path / "compose/t/processes.yaml"
-    plan_file.parent.mkdir(parents=True)
-    from generator.serializers.process import _document
-    from generator.serializers.yaml_text import dump_yaml
-
-    document = {
-        "name": "xpyd-test",
-        "x-xpyd": {"host": "local"},
-        "services": {"web": _document(service)},
-    }
-    plan_file.write_text(dump_yaml(document))
-    first = ProcessStack(project(service), tmp_path, PYTHONS)
+    written = written_project(tmp_path, service)
+    first = ProcessStack(written, tmp_path, PYTHONS)
     first.up(["web"])
     try:
-        other = rendered_process_stack(plan_file, tmp_path, Pythons(Path("/nope"), Path("/nope")))
-        assert other.pythons == PYTHONS  # recorded by up, not the fallback
+        other = rendered_process_stack(
+            tmp_path / written.plan_file, tmp_path, PYTHONS, Isolation.PLAIN
+        )
         wait_for(lambda: state_of(other, "web")[1] == "healthy")
     finally:
         other.down()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from generator.errors import StackError
+from generator.owned import append_descriptor, remove_file
 from generator.plan import Plan
 from generator.render.writer import write_rendered
 from generator.runtimes.process import ProcessStack
@@ -178,10 +179,11 @@ def _build(context: RunContext, roles: set[str], log_name: str) -> str:
     if not context.options.rebuild and all(image_exists(tag) for tag in images):
         raise SkipTask(f"present: {', '.join(images)}")  # tags hash their inputs
     log_path = context.record.logs_dir / log_name
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    remove_file(context.run_dir, log_path)  # written anew, never through a link
+    descriptor = append_descriptor(context.run_dir, log_path)
     started = time.monotonic()
     progress = _every(context, f"building {', '.join(sorted(roles))}")
-    with log_path.open("w", encoding="utf-8") as log:
+    with open(descriptor, "w", encoding="utf-8") as log:
 
         def on_line(line: str) -> None:
             log.write(line + "\n")
