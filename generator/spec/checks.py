@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 from generator.errors import SpecIssue
 from generator.spec.identity import machine_address
+from generator.spec.machines import loopback_hosts, shared_engines
 from generator.spec.models import (
     GroupPlacement,
     GroupSpec,
@@ -322,7 +323,9 @@ _CHECKS: tuple[Check, ...] = (
     _model_source,
     _token_source,
     _hosts,
+    loopback_hosts,
     _docker_access,
+    shared_engines,
     _runtime_settings,
     _placement,
     _owned_settings,
