@@ -72,7 +72,11 @@ def test_one_loopback_host_beside_other_machines_passes() -> None:
         ({"url": "tcp://Node:2375"}, {"url": "tcp://node:02375"}, "tcp://node:2375"),
         ({"url": "tcp://127.0.0.1:2375"}, {"url": "tcp://localhost:2375"}, "tcp://127.0.0.1:2375"),
         ({"url": "unix:///run/docker.sock"}, {"context": "default"}, "the local machine"),
-        ({"url": "ssh://ops@localhost"}, {"url": "unix:///var/run/docker.sock"}, "the local machine"),
+        (
+            {"url": "ssh://ops@localhost"},
+            {"url": "unix:///var/run/docker.sock"},
+            "the local machine",
+        ),
         ({"context": "n1"}, {"context": "n1"}, "context n1"),
     ],
 )
