@@ -30,6 +30,7 @@ from generator.spec.owned import (
     owned_issues,
 )
 from generator.spec.secrets import TOKEN_ENV_NAMES
+from generator.spec.sizes import host_sizes
 
 __all__ = ["TOOL_CONTAINER_PATHS", "check_spec"]
 
@@ -309,6 +310,7 @@ _CHECKS: tuple[Check, ...] = (
     model_mount_target,
     _token_source,
     _hosts,
+    host_sizes,
     loopback_hosts,
     _docker_access,
     shared_engines,
