@@ -6,6 +6,12 @@ colocated`` runs a P/D stack's colocated twin as ``<name>-colocated``, so a P/D 
 name leaves room for the suffix: a stack that validates can always be benchmarked against
 its baseline.
 
+Sizes: one host shows at most ``MAX_GPUS_PER_HOST`` GPUs and runs at most
+``MAX_ENGINES_PER_HOST`` engines. No machine has more (HGX boards carry 8 GPUs, the largest
+PCIe fabrics 32; every vLLM engine holds GBs of host memory), and what the tool writes for a
+host grows with engines times GPUs there (each engine of a mixed host sees all its GPUs):
+bounded, a spec validates in about a second at most (tests/benchmarks/bench_sizes.py).
+
 KV speed: one rule for the smoke verdict (probes/kv_speed.py) and ``doctor --kv-path``
 (doctor/kvpath.py), by the path the KV takes. GPU pairs on one host must move it with
 cuda_ipc (NVLink/PCIe peer access, measured ~280-359 GiB/s on H200s) at no less than the
@@ -26,6 +32,8 @@ __all__ = [
     "CROSS_HOST_FLOOR_GIB_S",
     "DECODE_KV_USAGE_MAX",
     "LOCAL_COMPUTE_SHARE_MAX",
+    "MAX_ENGINES_PER_HOST",
+    "MAX_GPUS_PER_HOST",
     "NVLINK_EXPECTED_GIB_S",
     "PD_NAME_MAX",
     "SAME_HOST_FLOOR_GIB_S",
@@ -44,6 +52,9 @@ STACK_NAME_MAX: Final = 32
 STACK_NAME_PATTERN: Final = rf"[a-z0-9](?:[a-z0-9-]{{0,{STACK_NAME_MAX - 2}}}[a-z0-9])?"
 BASELINE_SUFFIX: Final = "-colocated"
 PD_NAME_MAX: Final = STACK_NAME_MAX - len(BASELINE_SUFFIX)
+
+MAX_GPUS_PER_HOST: Final = 64
+MAX_ENGINES_PER_HOST: Final = 128
 
 SAME_HOST_FLOOR_GIB_S: Final = 10.0
 CROSS_HOST_FLOOR_GIB_S: Final = 5.0

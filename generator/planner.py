@@ -37,8 +37,11 @@ def make_plan(spec: Spec) -> Plan:
     _claim_fixed_ports(spec, book, slots)
     router = _plan_router(spec, book, network, notices=topology.router_notices)
     views = gpu_views(slots) if gpu else {}
+    hosts = {host.name: host for host in spec.hosts}
     engines = [
-        _plan_engine(spec, book, network, slot, views.get(slot), topology=topology)
+        _plan_engine(
+            spec, book, network, slot, views.get(slot), host=hosts[slot.host], topology=topology
+        )
         for slot in slots
     ]
     settings = topology.plan_settings(spec, book)
@@ -141,10 +144,10 @@ def _plan_engine(
     slot: Slot,
     view: GpuView | None,
     *,
+    host: HostSpec,
     topology: TopologyUnit,
 ) -> EnginePlan:
     name = f"{slot.role.value}-{slot.index}"
-    host = next(h for h in spec.hosts if h.name == slot.host)
     group: GroupSpec = getattr(spec, slot.role.value)
     http = slot.http_port or _claim_http(spec, book, slot, name)
     site = EngineSite(name, slot.role, slot.host, host.address, network, group.tp)

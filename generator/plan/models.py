@@ -177,22 +177,33 @@ class Plan(Frozen):
         return tuple((p, d) for p in self.prefill for d in self.decode)
 
     def same_host_pairs(self, host: str | None = None) -> tuple[tuple[EnginePlan, EnginePlan], ...]:
+        decoders: dict[str, list[EnginePlan]] = {}
+        for decoder in self.decode:
+            decoders.setdefault(decoder.host, []).append(decoder)
         return tuple(
             (p, d)
-            for p, d in self.kv_pairs()
-            if p.host == d.host and (host is None or p.host == host)
+            for p in self.prefill
+            if host is None or p.host == host
+            for d in decoders.get(p.host, ())
         )
 
     @property
     def kv_crosses_hosts(self) -> bool:
-        return any(p.host != d.host for p, d in self.kv_pairs())
+        """Whether some (prefill, decode) pair sits on two hosts: unless every engine is on
+        one host (found without listing the pairs: there are prefill x decode of them)."""
+        hosts = {engine.host for engine in self.engines}
+        return bool(self.prefill) and bool(self.decode) and len(hosts) > 1
+
+    @property
+    def has_same_host_pairs(self) -> bool:
+        return not {p.host for p in self.prefill}.isdisjoint(d.host for d in self.decode)
 
     def kv_path(self) -> KvPath:
         """The path the stack's KV takes, which the verdict and the alert rules judge by: GPU
         pairs on one host where there are any (their floor is the higher one)."""
         if self.profile is Profile.CPU:
             return KvPath.CPU
-        if self.kv_crosses_hosts and not self.same_host_pairs():
+        if self.kv_crosses_hosts and not self.has_same_host_pairs:
             return KvPath.CROSS_HOST_GPU
         return KvPath.SAME_HOST_GPU
 

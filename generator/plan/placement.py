@@ -3,17 +3,24 @@
 Devices are not shared unless the spec says ``gpu.share: true``. Auto placement takes, per
 instance, the first host with a free block of ``tp`` devices whose start is a multiple of
 ``tp`` in the host's list (TP groups stay contiguous and aligned, e.g. [0-3] and [4-7], never
-[2-5]); prefill before decode. With sharing, an engine that finds no free block takes the
-aligned block with the fewest engines on it (a 1P1D stack on one GPU puts both there); how
-much of each GPU every engine may take is checked by ``check_gpu_shares``.
+[2-5]); prefill before decode. With sharing, an engine that finds no free block on any host
+takes the aligned block with the fewest engines on it, the first such in host order (a 1P1D
+stack on one GPU puts both there); how much of each GPU every engine may take is checked by
+``check_gpu_shares``. No host gets more than ``MAX_ENGINES_PER_HOST`` engines.
+
+Placement is linear in engines and devices: devices are only ever taken, so a host or block
+found taken stays taken, and the least used shared block comes from a heap.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
 from dataclasses import dataclass
 from typing import TypeVar
 
 from generator.errors import PlanError
+from generator.limits import MAX_ENGINES_PER_HOST
 from generator.plan.models import Role
 from generator.spec import GroupPlacement, Profile, Spec
 
@@ -43,29 +50,44 @@ class _Pool:
 
     def __init__(self, host: str, devices: list[int], field: str, *, shared: bool) -> None:
         self.host, self.devices, self.field, self.shared = host, devices, field, shared
+        self.listed = set(devices)
         self.owner: dict[int, str] = {}
         self.users: dict[int, int] = {}  # engines per device (more than one only when shared)
         # Per block size, the first aligned block that may still be free: devices are only
         # ever taken, so the blocks before it stay taken (placement stays linear).
         self._first_free: dict[int, int] = {}
 
-    def take_aligned(self, size: int, owner: str) -> tuple[int, ...] | None:
-        starts = range(self._first_free.get(size, 0), len(self.devices) - size + 1, size)
-        for start in starts:
+    def blocks(self, size: int) -> range:
+        """Where the aligned blocks of ``size`` start."""
+        return range(0, len(self.devices) - size + 1, size)
+
+    def take_free(self, size: int, owner: str) -> tuple[int, ...] | None:
+        for start in self.blocks(size)[self._first_free.get(size, 0) // size :]:
             block = self.devices[start : start + size]
             if not any(device in self.owner for device in block):
                 self._first_free[size] = start + size
                 return self._assign(block, owner)
         self._first_free[size] = len(self.devices)
-        blocks = [self.devices[i : i + size] for i in range(0, len(self.devices) - size + 1, size)]
-        if self.shared and blocks:
-            least_used = min(blocks, key=lambda block: max(self.users[d] for d in block))
-            return self._assign(least_used, owner)
         return None
+
+    def take_aligned(self, size: int, owner: str) -> tuple[int, ...] | None:
+        """A free block, else (shared) the least used one on this host."""
+        found = self.take_free(size, owner)
+        if found is not None or not self.shared or not self.blocks(size):
+            return found
+        start = min(self.blocks(size), key=lambda start: self.load(start, size))
+        return self._assign(self.devices[start : start + size], owner)
+
+    def load(self, start: int, size: int) -> int:
+        """Engines on the busiest device of the block at ``start``."""
+        return max(self.users.get(device, 0) for device in self.devices[start : start + size])
+
+    def take_block(self, start: int, size: int, owner: str) -> tuple[int, ...]:
+        return self._assign(self.devices[start : start + size], owner)
 
     def take_exact(self, wanted: list[int], owner: str, field: str) -> tuple[int, ...]:
         for device in wanted:
-            if device not in self.devices:
+            if device not in self.listed:
                 raise PlanError(
                     field,
                     f"{owner} asks for device {device}, which host {self.host} does not list "
@@ -87,6 +109,47 @@ class _Pool:
             self.owner.setdefault(device, owner)
             self.users[device] = self.users.get(device, 0) + 1
         return tuple(block)
+
+
+class _AutoPlacer:
+    """Auto placement over all hosts: the first free aligned block in host order, else (when
+    shared) the least used aligned block, the first such in host order."""
+
+    def __init__(self, by_host: dict[str, _Pool]) -> None:
+        self.by_host = by_host
+        self.pools = list(by_host.values())
+        self._first_pool: dict[int, int] = {}  # per size: hosts before it have no free block
+        self._least_used: dict[int, list[tuple[int, int, int]]] = {}  # (load, pool, start)
+
+    def take(self, size: int, owner: str) -> tuple[_Pool, tuple[int, ...]] | None:
+        first = self._first_pool.get(size, 0)
+        for index in range(first, len(self.pools)):
+            devices = self.pools[index].take_free(size, owner)
+            if devices is not None:
+                self._first_pool[size] = index
+                return self.pools[index], devices
+        self._first_pool[size] = len(self.pools)
+        if not self.pools or not self.pools[0].shared:
+            return None
+        return self._take_least_used(size, owner)
+
+    def _take_least_used(self, size: int, owner: str) -> tuple[_Pool, tuple[int, ...]] | None:
+        heap = self._least_used.get(size)
+        if heap is None:
+            heap = [
+                (p.load(s, size), i, s) for i, p in enumerate(self.pools) for s in p.blocks(size)
+            ]
+            heapq.heapify(heap)
+            self._least_used[size] = heap
+        while heap:
+            load, index, start = heapq.heappop(heap)
+            pool = self.pools[index]
+            now = pool.load(start, size)  # explicit placements may have added engines since
+            if now == load:
+                heapq.heappush(heap, (load + 1, index, start))
+                return pool, pool.take_block(start, size, owner)
+            heapq.heappush(heap, (now, index, start))  # loads only grow: try again later
+        return None
 
 
 @dataclass(frozen=True)
@@ -119,14 +182,28 @@ def gpu_views(slots: list[Slot]) -> dict[Slot, GpuView]:
 
 
 def place_engines(spec: Spec) -> list[Slot]:
-    pools = _make_pools(spec)
+    placer = _AutoPlacer(_make_pools(spec))
     slots: list[Slot] = []
     for role in (Role.PREFILL, Role.DECODE):
         group = getattr(spec, role.value)
         explicit = getattr(spec.placement, role.value) if spec.placement else None
         for index in range(group.count):
-            slots.append(_place_one(spec, pools, role, index, explicit))
+            slots.append(_place_one(spec, placer, role, index, explicit))
+    _check_engines_per_host(spec, slots)
     return slots
+
+
+def _check_engines_per_host(spec: Spec, slots: list[Slot]) -> None:
+    engines = Counter(slot.host for slot in slots)
+    for position, host in enumerate(spec.hosts):
+        if engines[host.name] > MAX_ENGINES_PER_HOST:
+            raise PlanError(
+                f"hosts[{position}]",
+                f"host {host.name} gets {engines[host.name]} engines, but no machine runs more "
+                f"than {MAX_ENGINES_PER_HOST}",
+                fix="spread the engines over more hosts (placement.prefill/decode.hosts), or "
+                "lower prefill.count and decode.count",
+            )
 
 
 def _make_pools(spec: Spec) -> dict[str, _Pool]:
@@ -179,16 +256,16 @@ def _units(spec: Spec) -> str:
 
 
 def _place_one(
-    spec: Spec, pools: dict[str, _Pool], role: Role, index: int, explicit: GroupPlacement | None
+    spec: Spec, placer: _AutoPlacer, role: Role, index: int, explicit: GroupPlacement | None
 ) -> Slot:
     name = f"{role.value}-{index}"
     size = getattr(spec, role.value).tp
+    pools = placer.by_host
     if explicit is None:
-        for pool in pools.values():
-            devices = pool.take_aligned(size, name)
-            if devices is not None:
-                return Slot(role, index, pool.host, devices, None)
-        raise _no_room(spec, pools, role, size)
+        placed = placer.take(size, name)
+        if placed is None:
+            raise _no_room(spec, pools, role, size)
+        return Slot(role, index, placed[0].host, placed[1], None)
     host = _pick(explicit.hosts, index)
     pool = pools[host]
     if explicit.gpus is not None:

@@ -7,10 +7,11 @@ assembles them per host, with the volumes, config files and secrets the host's s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
-from generator.plan import Plan
+from generator.plan import EnginePlan, Plan, SidecarPlan
 from generator.routers import router_of
 from generator.services.model import (
     ConfigFile,
@@ -60,25 +61,51 @@ def _pull_policy(tag: str) -> Literal["never", "missing"]:
 def build_deployment(plan: Plan, images: Mapping[str, ImageRef]) -> Deployment:
     """``images``: the image of each role (prefill, decode, lmcache, router) and, with
     observe, of each observe service (prometheus, grafana)."""
-    hosts = tuple(_host(plan, host.name, images) for host in plan.hosts if host.services)
+    groups = _Groups.of(plan)
+    hosts = tuple(_host(plan, host.name, images, groups) for host in plan.hosts if host.services)
     return Deployment(plan.stack, plan.topology.kind.value, hosts, plan.warnings)
 
 
-def _host(plan: Plan, host: str, images: Mapping[str, ImageRef]) -> HostServices:
+@dataclass(frozen=True)
+class _Groups:
+    """The plan's engines by host and sidecars by engine, gathered in one pass: looked up
+    per host and per engine, a scan of the whole plan each time made building quadratic."""
+
+    engines: dict[str, list[EnginePlan]] = field(default_factory=dict)
+    sidecars: dict[str | None, list[SidecarPlan]] = field(default_factory=dict)  # None: stack's
+
+    @classmethod
+    def of(cls, plan: Plan) -> _Groups:
+        groups = cls()
+        for engine in plan.engines:
+            groups.engines.setdefault(engine.host, []).append(engine)
+        for sidecar in plan.sidecars:
+            groups.sidecars.setdefault(sidecar.engine, []).append(sidecar)
+        return groups
+
+
+def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups) -> HostServices:
     directory = PurePosixPath("compose") / plan.stack
     if plan.is_multi_host:
         directory /= host
     services: list[Service] = []
     configs: list[ConfigFile] = []
-    for sidecar in (s for s in plan.sidecars if s.engine is None and s.host == host):
+    stack_sidecars = groups.sidecars.get(None, [])
+    for sidecar in (s for s in stack_sidecars if s.host == host):
         services.append(stack_sidecar_service(plan, sidecar, images[sidecar.role]))
-    for engine in plan.engines_on(host):
+    engines = groups.engines.get(host, [])
+    for engine in engines:
         config = topology_of(plan).engine_config(plan, engine)
         configs += [config] if config is not None else []
-        for sidecar in (s for s in plan.sidecars if s.engine == engine.name):
-            services.append(lmcache_service(plan, engine, sidecar, images[sidecar.role]))
+        own = groups.sidecars.get(engine.name, [])
+        for sidecar in own:
+            image = images[sidecar.role]
+            services.append(
+                lmcache_service(plan, engine, sidecar, image, stack_sidecars=stack_sidecars)
+            )
         image = images[engine.role.value]
-        services.append(engine_service(plan, engine, image, config, _env_files(plan)))
+        env_files = _env_files(plan)
+        services.append(engine_service(plan, engine, image, config, env_files, sidecars=own))
     if plan.router.host == host:
         config = router_of(plan).config_file(plan)
         configs += [config] if config is not None else []
@@ -88,7 +115,7 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef]) -> HostServices
         observed = observe_services(plan, images)
         services += observed
         configs += [config for service in observed for config in service.configs]
-    uses_models = bool(plan.engines_on(host)) or plan.router.host == host  # engines, bench
+    uses_models = bool(engines) or plan.router.host == host  # engines, bench
     return HostServices(
         host,
         project_name(plan, host),

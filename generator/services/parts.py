@@ -24,6 +24,7 @@ Why the non-obvious settings are there (measured: docs/facts.md):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from generator.observe.traces import traces_endpoint
@@ -80,7 +81,11 @@ def engine_service(
     image: ImageRef,
     config: ConfigFile | None,
     env_files: tuple[str, ...],
+    *,
+    sidecars: Sequence[SidecarPlan] | None = None,
 ) -> Service:
+    """``sidecars``: the engine's own (its LMCache server), when the caller has them at hand
+    (else found in the plan: a scan of every sidecar, per engine)."""
     topology = topology_of(plan)
     service = Service(
         engine.name, engine.host, engine.role.value, image, tuple(engine_command(plan, engine))
@@ -100,13 +105,14 @@ def engine_service(
     # where LMCache binds them).
     start = _START_PERIOD_S[plan.profile]
     health = _health(engine.http_port, "/health", start, topology.engine_listening(engine))
-    sidecars = [s.service for s in plan.sidecars if s.engine == engine.name]
+    if sidecars is None:
+        sidecars = [s for s in plan.sidecars if s.engine == engine.name]
     return replace(
         service,
         health=health,
         registered_at=topology.registration_url(plan, engine),
         restarts_with=_peer_watches(plan, engine.name),
-        depends_on=_healthy(sidecars),
+        depends_on=_healthy([sidecar.service for sidecar in sidecars]),
         max_restarts=plan.recovery.max_restarts,
     )
 
@@ -117,6 +123,8 @@ def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
     each other (P2P servers) are left to `up`: watching each other they would restart each
     other in turn."""
     stale = topology_of(plan).stale_after(plan)
+    if not stale.get(name):
+        return ()  # most engines: then no lookup table either (one per engine is quadratic)
     engines = {engine.name: engine for engine in plan.engines}
     return tuple(
         PeerWatch(peer, f"{engines[peer].url}/metrics")
@@ -126,8 +134,15 @@ def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
 
 
 def lmcache_service(
-    plan: Plan, engine: EnginePlan, sidecar: SidecarPlan, image: ImageRef
+    plan: Plan,
+    engine: EnginePlan,
+    sidecar: SidecarPlan,
+    image: ImageRef,
+    *,
+    stack_sidecars: Sequence[SidecarPlan] | None = None,
 ) -> Service:
+    """``stack_sidecars``: the stack's own sidecars (no engine's), when the caller has them at
+    hand (else found in the plan)."""
     command = tuple(topology_of(plan).sidecar_command(plan, engine, sidecar))
     service = Service(sidecar.service, engine.host, sidecar.role, image, command)
     service = _identity(plan, _networked(plan, service, [sidecar.health_port]), sidecar.service)
@@ -137,7 +152,9 @@ def lmcache_service(
     health = _health(sidecar.health_port, sidecar.health_path, 120)
     # The stack's sidecars on this host (the P2P coordinator) come up healthy first: a server
     # with P2P on registers with it at start. Across hosts the workflow's order does it.
-    stack = [s.service for s in plan.sidecars if s.engine is None and s.host == engine.host]
+    if stack_sidecars is None:
+        stack_sidecars = [s for s in plan.sidecars if s.engine is None]
+    stack = [s.service for s in stack_sidecars if s.host == engine.host]
     env = dict(_LMCACHE_ENV)
     if plan.profile is Profile.CPU:
         # A server with P2P on makes a NIXL agent (its transfer channel): the same patched

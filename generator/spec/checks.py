@@ -9,6 +9,12 @@ from collections.abc import Callable, Iterator
 
 from generator.errors import SpecIssue
 from generator.spec.identity import machine_address
+from generator.spec.machines import loopback_hosts, shared_engines
+from generator.spec.model_mount import (
+    TOOL_CONTAINER_PATHS,
+    model_mount_target,
+    tool_path_overlap,
+)
 from generator.spec.models import (
     GroupPlacement,
     GroupSpec,
@@ -24,8 +30,9 @@ from generator.spec.owned import (
     owned_issues,
 )
 from generator.spec.secrets import TOKEN_ENV_NAMES
+from generator.spec.sizes import host_sizes
 
-__all__ = ["check_spec"]
+__all__ = ["TOOL_CONTAINER_PATHS", "check_spec"]
 
 
 Check = Callable[[Spec], Iterator[SpecIssue]]
@@ -83,26 +90,6 @@ def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
             )
 
 
-# Where the tool mounts into engine containers (tests/spec/test_paths.py pins it to what
-# renders): the HF and vLLM caches, config files, secrets, the image's own files, sysfs.
-TOOL_CONTAINER_PATHS = (
-    "/root/.cache/huggingface",
-    "/root/.cache/vllm",
-    "/etc/xpyd",
-    "/run/secrets",
-    "/opt/xpyd",
-    "/sys/devices/system/node",
-)
-
-
-def _tool_path_overlap(path: str) -> str | None:
-    """The tool's container path that ``path`` is, lies in, or holds."""
-    for taken in TOOL_CONTAINER_PATHS:
-        if path == taken or path.startswith(taken + "/") or taken.startswith(path + "/"):
-            return taken
-    return None
-
-
 def _model_source(spec: Spec) -> Iterator[SpecIssue]:
     model = spec.model
     if model.source == "host-path" and not model.host_path:
@@ -124,7 +111,7 @@ def _model_source(spec: Spec) -> Iterator[SpecIssue]:
             "absolute path inside the containers",
             "set model.id to e.g. /models/llama",
         )
-    if model.source == "host-path" and (taken := _tool_path_overlap(model.id)) is not None:
+    if model.source == "host-path" and (taken := tool_path_overlap(model.id)) is not None:
         yield SpecIssue(
             "model.id",
             f"the model would be mounted over {taken}, where the tool mounts its own "
@@ -320,9 +307,13 @@ _CHECKS: tuple[Check, ...] = (
     _router_host,
     _profile_settings,
     _model_source,
+    model_mount_target,
     _token_source,
     _hosts,
+    host_sizes,
+    loopback_hosts,
     _docker_access,
+    shared_engines,
     _runtime_settings,
     _placement,
     _owned_settings,

@@ -18,6 +18,12 @@ Every run first writes a record (``/var/lib/xpyd-test-hosts/SFX/record.json``) n
 will create; ``remove_hosts`` removes all of that, whatever exists, and ``remove_leftovers``
 does it for the records of runs whose process is gone (a crashed or killed earlier run).
 ``python -m tests.integration.hosts cleanup`` runs it by hand.
+
+Removal ends a host's processes before it deletes anything: dockerd (its pid file), then the
+containerd started for it (its own pid file), then whatever is still in its namespace (shims,
+containers). A process is ended only when it is proven to be that host's (``host_pids``: in
+its namespace, or started with its pid file, containerd config or exec root), never by name;
+the namespace and the folders go only once none is left, else the record stays for a retry.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -43,6 +50,7 @@ __all__ = [
     "STATE_ROOT",
     "NetnsHost",
     "NetnsHosts",
+    "host_pids",
     "missing_tools",
     "remove_hosts",
     "remove_leftovers",
@@ -55,6 +63,7 @@ _SUBNETS = ipaddress.IPv4Network("10.231.0.0/16")  # private, and rarely used by
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
 _TOOLS = ("ip", "nsenter", "setsid", "containerd", "dockerd", "docker", "iptables", "umount")
+_NETNS_DIR = Path("/var/run/netns")  # where `ip netns add` binds a namespace by its name
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,14 @@ class NetnsHost:
     @property
     def pidfile(self) -> Path:
         return Path(self.state_dir) / "dockerd.pid"
+
+    @property
+    def containerd_pidfile(self) -> Path:
+        return Path(self.state_dir) / "containerd.pid"
+
+    @property
+    def containerd_config(self) -> Path:
+        return Path(self.state_dir) / "containerd.toml"
 
     @property
     def data_root(self) -> Path:
@@ -259,7 +276,7 @@ def _start_containerd(host: NetnsHost) -> None:
     every container's shim, so its host network too, in the root namespace."""
     Path(host.state_dir).mkdir(parents=True, exist_ok=True)
     Path(host.exec_root).mkdir(parents=True, exist_ok=True)
-    config = Path(host.state_dir) / "containerd.toml"
+    config = host.containerd_config
     config.write_text(
         "version = 2\n"
         f'root = "{host.data_root}/containerd"\n'
@@ -268,7 +285,9 @@ def _start_containerd(host: NetnsHost) -> None:
         f'[grpc]\n  address = "{host.containerd_socket}"\n',
         encoding="utf-8",
     )
-    command = [*_in_netns_detached(host), "containerd", "--config", str(config)]
+    # containerd writes no pid file: the shell writes its own pid, then becomes containerd.
+    record_pid = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(host.containerd_pidfile)]
+    command = [*_in_netns_detached(host), *record_pid, "containerd", "--config", str(config)]
     with (Path(host.state_dir) / "containerd.log").open("ab") as log:
         subprocess.run(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
 
@@ -329,14 +348,19 @@ def _wait_answering(host: NetnsHost, *, deadline: float) -> None:
 
 def remove_hosts(hosts: NetnsHosts) -> None:
     """Remove everything the record names, whatever exists of it; raises at the end if
-    something could not be removed (after trying all of it)."""
+    something could not be removed (after trying all of it). A host whose processes outlive
+    SIGKILL keeps its namespace and folders, and the record stays: a later run retries."""
     started = time.monotonic()
     problems: list[str] = []
+    survivors = False
     for host in hosts.hosts:
-        problems += _remove_host(host)
+        stopped = _stop_processes(host)
+        survivors = survivors or bool(stopped)
+        problems += stopped or _remove_host(host)
     problems += _attempt(["iptables", "-D", "FORWARD", *_forward_rule(hosts)], "iptables rule")
     problems += _attempt(["ip", "link", "delete", hosts.bridge], "bridge")
-    problems += _remove_tree(STATE_ROOT / hosts.suffix)
+    if not survivors:
+        problems += _remove_tree(STATE_ROOT / hosts.suffix)
     for parent in (STATE_ROOT, _EXEC_ROOT):
         with suppress(OSError):  # not empty: another run's hosts are still there
             parent.rmdir()
@@ -346,8 +370,8 @@ def remove_hosts(hosts: NetnsHosts) -> None:
 
 
 def _remove_host(host: NetnsHost) -> list[str]:
+    """What is left of a host once none of its processes runs."""
     problems = _attempt(["docker", "context", "rm", "--force", host.context], "context")
-    problems += _stop_dockerd(host)
     problems += _attempt(["ip", "netns", "delete", host.netns], "netns")
     problems += _attempt(["ip", "link", "delete", host.veth], "veth")
     problems += _unmount_below(Path(host.state_dir), Path(host.exec_root))
@@ -355,31 +379,109 @@ def _remove_host(host: NetnsHost) -> list[str]:
     return problems
 
 
-def _stop_dockerd(host: NetnsHost) -> list[str]:
-    """dockerd by its pid file (SIGTERM: it stops its containers; then SIGKILL), then its
-    containerd and any shim left, found by the exec root in their command lines."""
-    problems: list[str] = []
-    pid = _pid_in(host.pidfile)
-    if pid is not None and not _terminate(pid):
-        problems.append(f"{host.name}: dockerd {pid} did not exit, even after SIGKILL")
-    for pid in _processes_mentioning(host.exec_root):
-        if not _terminate(pid):
-            problems.append(f"{host.name}: process {pid} of its containerd did not exit")
-    return problems
+def _stop_processes(host: NetnsHost) -> list[str]:
+    """dockerd first (SIGTERM: it stops its containers; then SIGKILL), then its containerd,
+    then anything else of the host (shims, containers); [] once none of them is left."""
+    for pidfile in (host.pidfile, host.containerd_pidfile):
+        pid = _pid_in(pidfile)
+        if pid is not None:
+            _end({pid}, host)  # only if it is the host's (a stale pid file names another)
+    _end(host_pids(host), host)
+    left = host_pids(host)
+    if not left:
+        return []
+    return [f"{host.name}: processes {sorted(left)} did not exit, even after SIGKILL"]
 
 
-def _terminate(pid: int) -> bool:
-    for sig, wait_s in ((signal.SIGTERM, _STOP_TIMEOUT_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return True
-            time.sleep(0.2)
-    return not _alive(pid)
+def host_pids(host: NetnsHost) -> set[int]:
+    """The processes proven to be ``host``'s: in its network namespace (``ip netns pids``),
+    or started with its dockerd pid file, its containerd config or an argument below its exec
+    root (containerd's shims; these find a host's daemons after its namespace is gone)."""
+    namespace = _namespace_id(host.netns)
+    pids = (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return {
+        pid
+        for pid in pids
+        if pid > 1
+        and pid != os.getpid()
+        and (
+            (namespace is not None and _namespace_id_of(pid) == namespace)
+            or _started_for(_argv(pid), host)
+        )
+    }
+
+
+def _namespace_id(netns: str) -> tuple[int, int] | None:
+    try:
+        found = (_NETNS_DIR / netns).stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _namespace_id_of(pid: int) -> tuple[int, int] | None:
+    try:
+        found = os.stat(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")
+
+
+def _started_for(argv: list[str], host: NetnsHost) -> bool:
+    if f"--pidfile={host.pidfile}" in argv:  # dockerd, as _start_dockerd starts it
+        return True
+    if argv[1:3] == ["--config", str(host.containerd_config)]:  # containerd, as started here
+        return True
+    return any(argument.startswith(f"{host.exec_root}/") for argument in argv)
+
+
+def _end(pids: set[int], host: NetnsHost) -> None:
+    """SIGTERM, up to ``_STOP_TIMEOUT_S`` to exit, then SIGKILL. Through pidfds opened before
+    the last ownership check: a pid reused meanwhile can never be signalled."""
+    handles = _open_owned(pids, host)
+    try:
+        for sig, wait_s in ((signal.SIGTERM, _STOP_TIMEOUT_S), (signal.SIGKILL, 5.0)):
+            for handle in handles.values():
+                with suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(handle, sig)
+            _wait_exited(handles, wait_s)
+            if not handles:
+                return
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+
+
+def _open_owned(pids: set[int], host: NetnsHost) -> dict[int, int]:
+    handles: dict[int, int] = {}
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            handles[pid] = os.pidfd_open(pid)
+    owned = host_pids(host)  # after opening: a handle now names that very process
+    for pid in list(handles):
+        if pid not in owned:
+            os.close(handles.pop(pid))
+    return handles
+
+
+def _wait_exited(handles: dict[int, int], wait_s: float) -> None:
+    """Drops (and closes) the handles of processes that exit within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while handles and (left_s := deadline - time.monotonic()) > 0:
+        poller = select.poll()
+        for handle in handles.values():
+            poller.register(handle, select.POLLIN)  # readable once the process has exited
+        for handle, _ in poller.poll(left_s * 1000):
+            pid = next(pid for pid, fd in handles.items() if fd == handle)
+            os.close(handles.pop(pid))
 
 
 def _alive(pid: int) -> bool:
@@ -395,20 +497,6 @@ def _pid_in(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def _processes_mentioning(exec_root: str) -> list[int]:
-    """Pids whose command line names this exec root: only processes of that one engine."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if f"{exec_root}/".encode() in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 def _unmount_below(*roots: Path) -> list[str]:

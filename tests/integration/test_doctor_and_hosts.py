@@ -80,10 +80,12 @@ def test_doctor_names_a_busy_port_and_fails() -> None:
 TWO_HOSTS = [
     "name=cpu-2host",
     "images.registry=xpyd-selftest",  # tags no earlier build made: compose must build them
-    "hosts=[{name: a, cpus: [0]}, {name: b, address: 127.0.0.2, cpus: [1]}]",
+    # Only b's project runs (here); a is a documentation address (RFC 5737) nothing dials.
+    "hosts=[{name: a, address: 192.0.2.1, cpus: [0]}, {name: b, cpus: [1]}]",
     "placement={prefill: {hosts: a}, decode: {hosts: b}}",
     "ports.decode_http=37200",  # its own ports: the other tests' stacks may still be up
     "ports.lmcache_http=38090",
+    "ports.nixl_side_channel=37600",
 ]
 
 

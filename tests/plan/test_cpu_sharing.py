@@ -48,3 +48,49 @@ def test_a_bench_report_names_shared_cores(workspace: Workspace) -> None:
     alone = make_plan(load_spec(workspace.stack_file("cpu-1p1d")))
     assert describe_hardware(alone).startswith("cpu profile: 2 engines on 2 pinned cores of ")
     assert describe_hardware(alone).endswith("; compose runtime")  # what ran the engines
+
+
+def cpu_hosts(prefill: int, decode: int, *hosts: list[int], **changes: Any) -> dict[str, Any]:
+    return {
+        "name": "t",
+        "topology": "nixl-mp",
+        "profile": "cpu",
+        "model": {"id": "/opt/xpyd/models/tiny-llama", "source": "synthetic"},
+        "prefill": {"count": prefill},
+        "decode": {"count": decode},
+        "cpu": {"share": True},
+        "hosts": [
+            {"name": f"h{i}", "address": f"10.0.0.{i + 1}", "cpus": cpus}
+            for i, cpus in enumerate(hosts)
+        ],
+        **changes,
+    }
+
+
+def test_free_cores_on_every_host_come_before_sharing_one() -> None:
+    # Issue 33: the first host's core was shared while the second host's stayed free.
+    plan = make_plan(parse_spec(cpu_hosts(2, 2, [0], [0]), source="t"))
+    placed = [(engine.name, engine.host, engine.cpus) for engine in plan.engines]
+    assert placed == [
+        ("prefill-0", "h0", (0,)),
+        ("prefill-1", "h1", (0,)),
+        ("decode-0", "h0", (0,)),  # then the least used core, the first such in host order
+        ("decode-1", "h1", (0,)),
+    ]
+
+
+def test_sharing_takes_the_least_used_core_of_all_hosts() -> None:
+    plan = make_plan(parse_spec(cpu_hosts(3, 4, [0, 1], [0]), source="t"))
+    used: dict[tuple[str, int], int] = {}
+    for engine in plan.engines:
+        used[engine.host, engine.cpus[0]] = used.get((engine.host, engine.cpus[0]), 0) + 1
+    assert sorted(used.values()) == [2, 2, 3]
+
+
+def test_no_host_gets_more_engines_than_a_machine_runs() -> None:
+    data = cpu_hosts(129, 1, [0], [0], placement={"prefill": {"hosts": "h0"}})
+    with pytest.raises(PlanError) as caught:
+        make_plan(parse_spec(data, source="t"))
+    assert str(caught.value).startswith(
+        "hosts[0]: host h0 gets 129 engines, but no machine runs more than 128"
+    )
