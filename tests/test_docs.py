@@ -1,9 +1,11 @@
-"""The docs: the MkDocs site builds strictly (a broken link, anchor or nav entry fails it) with
-its reference pages generated from the code."""
+"""The docs: the README stays one screen with its two commands and links that resolve, and the
+MkDocs site builds strictly (a broken link, anchor or nav entry fails it) with its reference
+pages generated from the code."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,16 @@ import yaml
 
 from generator.spec import Spec
 from tests.conftest import ROOT
+
+README = ROOT / "README.md"
+README_MAX_BYTES = 12 * 1024
+# The README's two commands, each for a fresh machine: the main job, then what CI runs.
+README_COMMANDS = [
+    "bash .ci/setup && .venv/bin/python -m generator up cpu-1p1d",
+    "bash .ci/test",
+]
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*(?:\{#([\w-]+)\})?\s*$", re.MULTILINE)
 
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -25,6 +37,57 @@ def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command, capture_output=True, text=True, env=env, timeout=120, check=False
     )
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors MkDocs' toc (and GitHub, for these headings) gives a page's headings."""
+    from markdown.extensions.toc import slugify
+
+    anchors = set()
+    for text, explicit in _HEADING.findall(markdown):
+        plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).replace("`", "")
+        anchors.add(explicit or slugify(plain, "-"))
+    return anchors
+
+
+def link_problems(markdown: str, base: Path) -> list[str]:
+    """Every relative link of a markdown text whose file, or whose heading, is not there."""
+    problems = []
+    for target in _LINK.findall(markdown):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path, _, anchor = target.partition("#")
+        file = base / path
+        if not file.exists():
+            problems.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in heading_anchors(file.read_text()):
+            problems.append(f"{target}: no heading with that anchor")
+    return problems
+
+
+def test_readme_is_one_screen_with_its_two_commands() -> None:
+    text = README.read_text()
+    commands = re.findall(r"```bash\n(.*?)\n```", text, re.DOTALL)
+    assert len(text.encode()) <= README_MAX_BYTES
+    assert commands == README_COMMANDS
+
+
+def test_readme_links_point_at_files_and_headings() -> None:
+    assert link_problems(README.read_text(), ROOT) == []
+
+
+def test_a_broken_readme_link_is_reported() -> None:
+    broken = "[a](docs/nowhere.md) [b](docs/concepts.md#no-such-heading) [c](docs/concepts.md)"
+    assert link_problems(broken, ROOT) == [
+        "docs/nowhere.md: no such file",
+        "docs/concepts.md#no-such-heading: no heading with that anchor",
+    ]
+
+
+def test_readme_lists_every_shipped_stack() -> None:
+    section = README.read_text().partition("## Shipped stacks")[2].partition("\n## ")[0]
+    listed = set(re.findall(r"^- `([\w-]+)`", section, re.MULTILINE))
+    assert listed == {path.stem for path in (ROOT / "stacks").glob("*.yaml")}
 
 
 @pytest.fixture(scope="module")
