@@ -335,7 +335,7 @@ def test_an_engine_never_registered_is_left_alone() -> None:
 
 class _Peer(_Page):
     """A stand-in for a decoder's Prometheus page (only the line the watch reads): the real
-    decoder's restart is in the lmcache-pd fault drill (README, Faults)."""
+    decoder's restart is in the lmcache-pd fault drill (docs/faults.md)."""
 
     def __init__(self) -> None:
         self.started: float | None = 1.79e9  # None: does not answer
