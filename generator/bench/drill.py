@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.bench.fault_load import LoadSettings, Outcome, run_load
-from generator.bench.faults import Fault, FaultAction, signal_service
+from generator.bench.faults import LOOK_EVERY_S, Fault, FaultAction, signal_service
 from generator.bench.link_cut import cut_link, restore_link
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
@@ -40,7 +40,6 @@ from generator.workflow.steps.verdict import smoke
 
 __all__ = ["DrillResult", "Sample", "combined_sample", "followers_back_of", "run_drill"]
 
-_WATCH_EVERY_S = 1.0
 _RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --wait-scale)
 _RESTORING = threading.Lock()  # the injector and an interrupted drill may both end a cut
 
@@ -159,7 +158,7 @@ class DrillResult:
         end = self.fault_at_s + (self.fault_for_s or 0.0)
         after = self.told(self.fault_at_s)
         restarts = self._restarts_before()
-        return any(s.at_s > end + _WATCH_EVERY_S for s in after) and all(
+        return any(s.at_s > end + LOOK_EVERY_S for s in after) and all(
             _whole(s) and s.restarts <= restarts for s in after
         )
 
@@ -177,10 +176,10 @@ def run_drill(
     folder: Path,
     reporter: Reporter,
     wait_scale: float = 1.0,
+    rebuild: bool = False,
 ) -> DrillResult:
-    context = make_context(
-        plan, workspace, RunOptions(wait_scale=wait_scale), None, reporter, directory=folder / "up"
-    )
+    options = RunOptions(wait_scale=wait_scale, rebuild=rebuild)
+    context = make_context(plan, workspace, options, None, reporter, directory=folder / "up")
     up_stack(context)  # a stack that does not come up, or fails its verdict: nothing to drill
     result = DrillResult(
         plan.stack, plan.router.kind.value, fault.label, fault.at_s, load, fault_for_s=fault.for_s
@@ -280,7 +279,7 @@ def _watch(
             rotation, silent = None, True
         sample = combined_sample(looked - origin, states, services, rotation, followers)
         out.append(replace(sample, router_silent=silent))
-        stop.wait(max(0.0, _WATCH_EVERY_S - (time.monotonic() - looked)))
+        stop.wait(max(0.0, LOOK_EVERY_S - (time.monotonic() - looked)))
 
 
 def combined_sample(
@@ -359,7 +358,7 @@ def _await_recovery(
     """Waits (bounded) until the service is whole again, then asks for the verdict."""
     deadline = time.monotonic() + limit_s
     while not _over(result) and time.monotonic() < deadline:
-        time.sleep(_WATCH_EVERY_S)
+        time.sleep(LOOK_EVERY_S)
     if not _over(result):
         reporter.event(EventLevel.FAILED, f"{result.fault}: the service is not back")
         return
