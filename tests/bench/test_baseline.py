@@ -73,6 +73,15 @@ def test_the_baseline_keeps_only_the_recovery_settings_vllm_router_reads() -> No
     assert not [line for line in make_plan(twin).warnings if "recovery." in line]
 
 
+def test_the_baseline_of_a_stack_with_a_kv_floor_drops_it() -> None:
+    spec = load_spec(
+        Workspace(ROOT).stack_file("xpyd"), ["observe={enabled: true, kv_floor_gib_s: 5}"]
+    )
+    twin = baseline_spec(spec, make_plan(spec))
+    assert twin.observe.enabled
+    assert twin.observe.kv_floor_gib_s is None
+
+
 def test_a_stack_already_colocated_has_no_baseline() -> None:
     spec, plan, _ = _pair("cpu-1p1d")
     colocated = baseline_spec(spec, plan)

@@ -99,3 +99,11 @@ def test_the_tools_own_variables_are_refused_in_env_too() -> None:
 def test_secrets_still_pass() -> None:
     spec = parse_spec(spec_dict(), source="t", overrides=["decode.secret_env=[WANDB_API_KEY]"])
     assert spec.decode.secret_env == ["WANDB_API_KEY"]
+
+
+def test_a_colocated_stack_refuses_what_only_moving_kv_reads() -> None:
+    colocated = spec_dict(topology="colocated")
+    text = refusal(colocated, "lmcache.chunk_size=128")
+    assert "lmcache.chunk_size: a colocated stack runs no LMCache: nothing reads it" in text
+    text = refusal(colocated, "observe.enabled=true", "observe.kv_floor_gib_s=5")
+    assert "observe.kv_floor_gib_s: a colocated stack moves no KV" in text
