@@ -287,6 +287,10 @@ def bench(
     bench.json, vLLM's own result JSONs, and PNG plots (TTFT and ITL distributions,
     throughput, latency and goodput against load). A stack whose verdict failed is still
     measured, and the report says INVALID.
+
+    With --fault it runs a fault drill instead, with a load of its own: the benchmark's
+    load, dataset and comparison options are refused there (they would change nothing), as
+    are the drill's options without --fault.
     """
     from generator.bench import ArmOptions, BenchJob, check_fits, load_points, run_benchmark
     from generator.cli.run_reporter import ConsoleReporter

@@ -62,3 +62,19 @@ def test_up_takes_benchmark_settings_with_bench() -> None:
     result = run_cli("up", NO_STACK, "--bench", "--bench-rate", "5", root=ROOT, timeout_s=60)
     assert result.returncode == 1, result.stderr
     assert "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--size-mib", "64"], "--size-mib: has no effect without --kv-path"),
+        (
+            ["--kv-path", "--python", "/usr/bin/python3"],
+            "--python: has no effect without --process",
+        ),
+    ],
+)
+def test_doctor_refuses_kv_test_options_without_the_kv_test(args: list[str], says: str) -> None:
+    result = run_cli("doctor", NO_STACK, *args, root=ROOT, timeout_s=60)
+    assert result.returncode == 2, result.stderr
+    assert says in " ".join(result.stderr.split())
