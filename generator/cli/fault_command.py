@@ -26,7 +26,7 @@ _ARM_OPTIONS = ("baseline", "policies", "p2p")  # more stacks than the one drill
 
 def refuse_other_mode_options(ctx: typer.Context, *, fault: bool) -> None:
     """bench's options that its mode (a drill with --fault, load points without) would
-    ignore: UsageError naming the option and why, before anything is read or started."""
+    ignore: BadParameter naming the option and why, before anything is read or started."""
     if not fault:
         refuse_unused(ctx, _FAULT_OPTIONS, mode="without --fault", reason="it sets the drill")
         return

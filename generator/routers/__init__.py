@@ -76,7 +76,7 @@ RUNTIME_RECOVERY = ("max_restarts",)  # read by every runtime, whatever the rout
 def read_recovery(recovery: Mapping[str, Any], kind: RouterKind) -> dict[str, Any]:
     """The recovery settings of a spec's data that a router of ``kind`` reads: what a spec
     derived for another router (a bench arm, the colocated baseline) keeps."""
-    read = {*RUNTIME_RECOVERY, *ROUTERS[kind].recovery_fields}
+    read = _recovery_read(kind)
     return {name: value for name, value in recovery.items() if name in read}
 
 
@@ -85,15 +85,20 @@ def router_warnings(spec: Spec) -> Iterator[str]:
     router.kind=...` on a stack written for the other router has no way to drop them), but
     they change nothing."""
     kind = router_kind(spec)
-    given = {name: True for name in sorted(spec.recovery.model_fields_set)}
-    ignored = [name for name in given if name not in read_recovery(given, kind)]
+    ignored = sorted(spec.recovery.model_fields_set - _recovery_read(kind))
     if ignored:
         names = ", ".join(f"recovery.{name}" for name in ignored)
+        one = len(ignored) == 1
         yield (
-            f"{names}: {kind.value} does not read {'it' if len(ignored) == 1 else 'them'} "
-            "(our proxy alone sends a request again and watches engines' token counters), so "
-            "it changes nothing here. Remove it, or use router.kind: proxy."
+            f"{names}: {kind.value} does not read {'it' if one else 'them'} (our proxy alone "
+            "sends a request again and watches engines' token counters), so "
+            f"{'it changes' if one else 'they change'} nothing here. Remove "
+            f"{'it' if one else 'them'}, or use router.kind: proxy."
         )
+
+
+def _recovery_read(kind: RouterKind) -> frozenset[str]:
+    return frozenset({*RUNTIME_RECOVERY, *ROUTERS[kind].recovery_fields})
 
 
 def _elsewhere(unit: RouterUnit) -> str:

@@ -213,7 +213,8 @@ class ModelSpec(StrictModel):
 class GroupSpec(StrictModel):
     count: int = Field(1, ge=1, le=4096)
     tp: int = Field(1, ge=1, le=64, description="tensor parallel size")
-    # Below 1% of a GPU no model's weights and KV fit (1.4 GB of an H200; vLLM refuses).
+    # Below 1% of a GPU (1.4 GB of an H200) no model's weights and KV cache fit: vLLM fails at
+    # start with no memory left for KV blocks.
     gpu_memory_utilization: float | None = Field(None, ge=0.01, le=1)
     extra_args: Args = Field(default_factory=list)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
