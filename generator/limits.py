@@ -34,9 +34,13 @@ __all__ = [
     "LOCAL_COMPUTE_SHARE_MAX",
     "MAX_ENGINES_PER_HOST",
     "MAX_GPUS_PER_HOST",
+    "MAX_SCRAPE_INTERVAL_S",
     "NVLINK_EXPECTED_GIB_S",
     "PD_NAME_MAX",
+    "RATE_WINDOW_S",
+    "RULE_WINDOW_SCRAPES",
     "SAME_HOST_FLOOR_GIB_S",
+    "SLOW_WINDOW_S",
     "STACK_NAME_MAX",
     "STACK_NAME_PATTERN",
     "KvJudgement",
@@ -65,6 +69,15 @@ NVLINK_EXPECTED_GIB_S: Final = 100.0  # doctor warns below it where nvidia-smi s
 LOCAL_COMPUTE_SHARE_MAX: Final = 0.05
 # Decode KV cache usage above this: decode is the bottleneck (vLLM's dashboards' guidance).
 DECODE_KV_USAGE_MAX: Final = 0.9
+# The windows the rules read over: rates (KV speed, a minute as the verdict's per-request
+# figure moves) and the counters of rarer events (failures, lease expiries, the recompute
+# share). rate() and increase() need two samples in a window, and one missed scrape must not
+# blank it: every window holds RULE_WINDOW_SCRAPES scrapes, which bounds
+# observe.scrape_interval_s (a larger interval leaves alerts that can never fire).
+RATE_WINDOW_S: Final = 60
+SLOW_WINDOW_S: Final = 300
+RULE_WINDOW_SCRAPES: Final = 4
+MAX_SCRAPE_INTERVAL_S: Final = min(RATE_WINDOW_S, SLOW_WINDOW_S) // RULE_WINDOW_SCRAPES
 
 _STACK_NAME = re.compile(STACK_NAME_PATTERN)
 

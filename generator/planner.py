@@ -14,7 +14,7 @@ from generator.plan.placement import GpuView, Slot, check_gpu_shares, gpu_views,
 from generator.plan.ports import PortBook
 from generator.plan.resolve import resolve_hf, resolve_model, resolve_ucx
 from generator.plan.warnings import collect_warnings
-from generator.routers import RouterSite, router_kind, router_unit
+from generator.routers import RouterSite, router_kind, router_unit, router_warnings
 from generator.spec import GroupSpec, HostSpec, Profile, Runtime, Spec
 from generator.topologies import EngineSite, TopologyUnit, topology_unit
 
@@ -74,7 +74,8 @@ def make_plan(spec: Spec) -> Plan:
         ports=book.table(),
         observe=observe,
     )
-    return plan.model_copy(update={"warnings": tuple(collect_warnings(plan, spec))})
+    warnings = (*collect_warnings(plan, spec), *router_warnings(spec))
+    return plan.model_copy(update={"warnings": warnings})
 
 
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from generator.plan.models import Plan
-from generator.routers import router_issues
-from generator.spec import Rule, Spec, read_spec_file, validate_spec
+from generator.routers import read_recovery, router_issues
+from generator.spec import RouterKind, Rule, Spec, read_spec_file, validate_spec
 from generator.topologies import baseline_data, topology_issues
 
 __all__ = ["UNIT_RULES", "baseline_spec", "load_spec", "parse_spec"]
@@ -34,4 +34,6 @@ def parse_spec(
 def baseline_spec(spec: Spec, plan: Plan) -> Spec:
     """``bench --baseline colocated``: the P/D stack's colocated twin, validated like any spec."""
     data = baseline_data(spec, plan)
+    # Only the recovery settings the baseline's router reads: the rest are the P/D router's.
+    data["recovery"] = read_recovery(data.get("recovery", {}), RouterKind(data["router"]["kind"]))
     return parse_spec(data, source=f"colocated baseline of {spec.name}", baseline=True)

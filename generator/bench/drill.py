@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.bench.fault_load import LoadSettings, Outcome, run_load
-from generator.bench.faults import Fault, FaultAction, signal_service
+from generator.bench.faults import LOOK_EVERY_S, Fault, FaultAction, signal_service
 from generator.bench.link_cut import cut_link, restore_link
 from generator.errors import StackError, XpydError
 from generator.paths import Workspace
@@ -41,7 +41,6 @@ from generator.workflow.steps.verdict import smoke
 
 __all__ = ["DrillResult", "Sample", "combined_sample", "followers_back_of", "run_drill"]
 
-_WATCH_EVERY_S = 1.0
 _RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --wait-scale)
 _RESTORING = threading.Lock()  # the injector and an interrupted drill may both end a cut
 
@@ -160,7 +159,7 @@ class DrillResult:
         end = self.fault_at_s + (self.fault_for_s or 0.0)
         after = self.told(self.fault_at_s)
         restarts = self._restarts_before()
-        return any(s.at_s > end + _WATCH_EVERY_S for s in after) and all(
+        return any(s.at_s > end + LOOK_EVERY_S for s in after) and all(
             _whole(s) and s.restarts <= restarts for s in after
         )
 
@@ -178,12 +177,14 @@ def run_drill(
     folder: Path,
     reporter: Reporter,
     wait_scale: float = 1.0,
+    rebuild: bool = False,
 ) -> DrillResult:
     """The drill, holding the stack's lock throughout (its `up` inside takes it again)."""
+    options = RunOptions(wait_scale=wait_scale, rebuild=rebuild)
     with holding(workspace.root, plan.stack, f"bench {plan.stack} --fault {fault.label}"):
         return _drill(
             plan, fault, load, workspace=workspace, folder=folder, reporter=reporter,
-            wait_scale=wait_scale,
+            options=options,
         )  # fmt: skip
 
 
@@ -195,11 +196,9 @@ def _drill(
     workspace: Workspace,
     folder: Path,
     reporter: Reporter,
-    wait_scale: float,
+    options: RunOptions,
 ) -> DrillResult:
-    context = make_context(
-        plan, workspace, RunOptions(wait_scale=wait_scale), None, reporter, directory=folder / "up"
-    )
+    context = make_context(plan, workspace, options, None, reporter, directory=folder / "up")
     up_stack(context)  # a stack that does not come up, or fails its verdict: nothing to drill
     result = DrillResult(
         plan.stack, plan.router.kind.value, fault.label, fault.at_s, load, fault_for_s=fault.for_s
@@ -229,7 +228,9 @@ def _drill(
         result.verdict_during, result.verdict_during_s = _verdict(
             context, reporter, "during-recovery", origin, result.fault_at_s, down=watched
         )
-    _await_recovery(result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * wait_scale)
+    _await_recovery(
+        result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * options.wait_scale
+    )
     stop.set()
     watcher.join()
     if fault.action is not FaultAction.CUT:
@@ -299,7 +300,7 @@ def _watch(
             rotation, silent = None, True
         sample = combined_sample(looked - origin, states, services, rotation, followers)
         out.append(replace(sample, router_silent=silent))
-        stop.wait(max(0.0, _WATCH_EVERY_S - (time.monotonic() - looked)))
+        stop.wait(max(0.0, LOOK_EVERY_S - (time.monotonic() - looked)))
 
 
 def combined_sample(
@@ -378,7 +379,7 @@ def _await_recovery(
     """Waits (bounded) until the service is whole again, then asks for the verdict."""
     deadline = time.monotonic() + limit_s
     while not _over(result) and time.monotonic() < deadline:
-        time.sleep(_WATCH_EVERY_S)
+        time.sleep(LOOK_EVERY_S)
     if not _over(result):
         reporter.event(EventLevel.FAILED, f"{result.fault}: the service is not back")
         return

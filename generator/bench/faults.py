@@ -27,13 +27,17 @@ from generator.spec.identity import machine_address
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 from generator.supervise import Reach
 
-__all__ = ["Fault", "FaultAction", "FaultError", "parse_fault", "signal_service"]
+__all__ = ["LOOK_EVERY_S", "Fault", "FaultAction", "FaultError", "parse_fault", "signal_service"]
 
 _FAULT = re.compile(
     r"(?P<action>[a-z]+):(?P<target>[a-z0-9][a-z0-9-]{0,62})@(?P<at>[0-9]{1,5}(?:\.[0-9]{1,3})?)"
     r"(?:\+(?P<for>[0-9]{1,5}(?:\.[0-9]{1,3})?))?"
 )
 _MAX_AT_S = 3600.0
+# The drill looks at the stack once a second: a stop, hang or cut shorter than two looks may
+# fall between them, and its report would say nothing of it.
+LOOK_EVERY_S = 1.0
+MIN_FOR_S = 2 * LOOK_EVERY_S
 
 
 class FaultError(XpydError):
@@ -94,43 +98,58 @@ def parse_fault(text: str, plan: Plan) -> Fault:
     if action is FaultAction.CUT:
         _check_cut(plan, target)
     else:
-        services = _restarted_services(plan)
-        if target not in services:
-            raise FaultError(
-                f"{plan.stack} has no service {target!r} that a fault can hit",
-                fix=f"one of {', '.join(services)}",
-            )
-        engines = [engine.name for engine in plan.engines]
-        if action is FaultAction.HANG and target not in engines:
-            raise FaultError(
-                f"{target} is no engine: hang stops the engine core under a vLLM API server",
-                fix=f"hang one of {', '.join(engines)}, or stop:{target}@T+D",
-            )
-        if not plan.recovery.max_restarts:
-            # The signal goes through the service's supervisor, and only restarted services
-            # run under one: with none, nothing would bring it back either.
-            raise FaultError(
-                f"{plan.stack} restarts nothing (recovery.max_restarts: 0), so {target} runs "
-                "without the supervisor a fault is sent through",
-                fix="--set recovery.max_restarts=5 (the default)",
-            )
+        _check_service(plan, action, target)
     if at_s > _MAX_AT_S:
         raise FaultError(f"{at_s:g} s is too late", fix=f"at most {_MAX_AT_S:g} s")
-    for_s = float(match["for"]) if match["for"] is not None else None
-    if (for_s is None) == action.lasts:
-        lasting = "only stop, hang and cut last"
-        problem = f"{action.value} needs how long (+D)" if action.lasts else lasting
-        raise FaultError(
-            problem,
-            fix="kill:SERVICE@T, term:SERVICE@T, stop:SERVICE@T+D, hang:ENGINE@T+D, cut:HOST@T+D",
-        )
-    fault = Fault(action, target, at_s, for_s)
+    fault = Fault(action, target, at_s, _lasting(action, match["for"]))
     if action is FaultAction.CUT and not fault.watched(plan):
         raise FaultError(
             f"cutting {target} leaves every engine on the router's side",
             fix="cut a host whose engines the router reaches across hosts",
         )
     return fault
+
+
+def _check_service(plan: Plan, action: FaultAction, target: str) -> None:
+    services = _restarted_services(plan)
+    if target not in services:
+        raise FaultError(
+            f"{plan.stack} has no service {target!r} that a fault can hit",
+            fix=f"one of {', '.join(services)}",
+        )
+    engines = [engine.name for engine in plan.engines]
+    if action is FaultAction.HANG and target not in engines:
+        raise FaultError(
+            f"{target} is no engine: hang stops the engine core under a vLLM API server",
+            fix=f"hang one of {', '.join(engines)}, or stop:{target}@T+D",
+        )
+    if not plan.recovery.max_restarts:
+        # The signal goes through the service's supervisor, and only restarted services
+        # run under one: with none, nothing would bring it back either.
+        raise FaultError(
+            f"{plan.stack} restarts nothing (recovery.max_restarts: 0), so {target} runs "
+            "without the supervisor a fault is sent through",
+            fix="--set recovery.max_restarts=5 (the default)",
+        )
+
+
+def _lasting(action: FaultAction, written: str | None) -> float | None:
+    """How long a stop, hang or cut lasts (+D); None for the others."""
+    if (written is None) == action.lasts:
+        lasting = "only stop, hang and cut last"
+        problem = f"{action.value} needs how long (+D)" if action.lasts else lasting
+        raise FaultError(
+            problem,
+            fix="kill:SERVICE@T, term:SERVICE@T, stop:SERVICE@T+D, hang:ENGINE@T+D, cut:HOST@T+D",
+        )
+    for_s = float(written) if written is not None else None
+    if for_s is not None and for_s < MIN_FOR_S:
+        raise FaultError(
+            f"{action.value} for {for_s:g} s is over before the drill can see it (it looks "
+            f"every {LOOK_EVERY_S:g} s)",
+            fix=f"give +D of at least {MIN_FOR_S:g} s",
+        )
+    return for_s
 
 
 def _check_cut(plan: Plan, host: str) -> None:

@@ -6,7 +6,8 @@ A policy is written ``NAME`` or ``KIND:NAME``. A bare name is the proxy's where 
 it (round_robin, least_outstanding, prefix_aware: the P/D pair is then chosen by the same
 code, only the policy differs), else vllm-router's (cache_aware, power_of_two, ...), which
 routes nixl-mp stacks only. Each arm's stack is the user's spec with router.kind and
-router.policy set, and router settings of the other kind left out.
+router.policy set, and router settings of the other kind left out (recovery settings the
+arm's router does not read too).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from generator.routers import ROUTERS, policy_router, router_kind
+from generator.routers import ROUTERS, policy_router, read_recovery, router_kind
 from generator.spec import RouterKind, Spec
 from generator.stack import parse_spec
 
@@ -81,6 +82,7 @@ def policy_spec(spec: Spec, arm: PolicyArm) -> Spec:
     router: dict[str, Any] = data.get("router", {})
     if router_kind(spec) is not arm.kind:
         router = {key: value for key, value in router.items() if key in _PORTABLE}
+        data["recovery"] = read_recovery(data.get("recovery", {}), arm.kind)
     data["router"] = router | {"kind": arm.kind.value, "policy": arm.policy}
     # A refusal names this source: the stack and the arm (leave that policy out)
     return parse_spec(data, source=f"{spec.name} with bench --policies {arm.label}")

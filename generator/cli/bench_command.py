@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from generator.cli.fault_command import FAULT_PANEL, run_fault_bench
+from generator.cli.bench_options import (
+    MAX_LOAD_POINTS,
+    MAX_PROMPTS,
+    MAX_SEED,
+    MAX_TOKENS,
+    check_sweep,
+    parse_concurrencies,
+    parse_goodput,
+    parse_rates,
+)
+from generator.cli.fault_command import FAULT_PANEL, refuse_other_mode_options, run_fault_bench
 from generator.cli.help_text import add_command
 from generator.cli.run_commands import PythonOpt, RuntimeOpt, runtime_overrides
 
@@ -18,6 +27,8 @@ if TYPE_CHECKING:
     from generator.services.bench import BenchSettings, Preset
 
 __all__ = [
+    "MAX_LOAD_POINTS",
+    "check_sweep",
     "dataset_settings",
     "parse_concurrencies",
     "parse_goodput",
@@ -28,69 +39,10 @@ __all__ = [
 
 _PANEL = "Load and settings (default: the preset's)"
 _DATASET_PANEL = "Dataset (default: random)"
-_SLO_METRICS = ("ttft", "tpot", "e2el")
-# Bounds a run can finish within (a rate of 1e-300 req/s never sends its second request);
-# the seed is numpy's (vLLM's benchmark seeds numpy, which takes 32 bits).
-MIN_RATE_PER_S = 0.001
-MAX_RATE_PER_S = 1e6
-MAX_CONCURRENCY = 1_000_000
-MAX_SEED = 2**32 - 1
-MAX_TOKENS = 10_000_000
-MAX_PROMPTS = 10_000_000
-MAX_SLO_MS = 86_400_000.0  # a day
-# ASCII only: Python's float() and int() also read other scripts' digits ("١٢").
-_DECIMAL = re.compile(r"(?:[0-9]{1,12}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})(?:[eE][+-]?[0-9]{1,3})?")
-_WHOLE = re.compile(r"[0-9]{1,7}")
 
 
 def register(app: typer.Typer) -> None:
     add_command(app, bench, "Stacks")
-
-
-def parse_rates(text: str) -> tuple[float | None, ...]:
-    """``1,2,inf``: requests per second at each point; ``inf``: all at once."""
-    rates: list[float | None] = []
-    for item in _items(text, "--request-rate"):
-        if item.lower() == "inf":
-            rates.append(None)
-            continue
-        if not _DECIMAL.fullmatch(item):
-            raise typer.BadParameter(f"{item!r} is not a number (or inf)")
-        rate = float(item)
-        if not MIN_RATE_PER_S <= rate <= MAX_RATE_PER_S:
-            raise typer.BadParameter(
-                f"{item!r}: a rate is from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests/s "
-                "(or inf: all at once)"
-            )
-        rates.append(rate)
-    return tuple(rates)
-
-
-def parse_concurrencies(text: str) -> tuple[int | None, ...]:
-    values: list[int | None] = []
-    for item in _items(text, "--max-concurrency"):
-        if not _WHOLE.fullmatch(item) or not 1 <= int(item) <= MAX_CONCURRENCY:
-            raise typer.BadParameter(
-                f"{item!r}: requests in flight must be a whole number from 1 to {MAX_CONCURRENCY}"
-            )
-        values.append(int(item))
-    return tuple(values)
-
-
-def parse_goodput(text: str) -> tuple[tuple[str, float], ...]:
-    """``ttft:500,tpot:50``: a request is good when it meets every one (milliseconds)."""
-    slo: dict[str, float] = {}
-    for item in _items(text, "--goodput"):
-        metric, _, value = item.partition(":")
-        if metric not in _SLO_METRICS:
-            raise typer.BadParameter(f"{metric!r} is not one of {', '.join(_SLO_METRICS)}")
-        if not _DECIMAL.fullmatch(value):
-            raise typer.BadParameter(f"{item!r}: write METRIC:MILLISECONDS, e.g. ttft:500")
-        ms = float(value)
-        if not 0 < ms <= MAX_SLO_MS:
-            raise typer.BadParameter(f"{item!r}: milliseconds must be > 0 and at most a day")
-        slo[metric] = ms
-    return tuple(slo.items())
 
 
 def parse_policies(text: str) -> tuple[PolicyArm, ...]:
@@ -154,14 +106,8 @@ def dataset_settings(
     return replace(settings, dataset=chosen, prefix=prefix)
 
 
-def _items(text: str, option: str) -> list[str]:
-    items = [item.strip() for item in text.split(",")]
-    if not all(items):
-        raise typer.BadParameter(f"{option} takes a comma-separated list, e.g. 1,2,4")
-    return items
-
-
 def bench(
+    ctx: typer.Context,
     stack: Annotated[str, typer.Argument(help="Stack name or spec path.", show_default=False)],
     set_: Annotated[
         list[str] | None,
@@ -341,6 +287,10 @@ def bench(
     bench.json, vLLM's own result JSONs, and PNG plots (TTFT and ITL distributions,
     throughput, latency and goodput against load). A stack whose verdict failed is still
     measured, and the report says INVALID.
+
+    With --fault it runs a fault drill instead, with a load of its own: the benchmark's
+    load, dataset and comparison options are refused there (they would change nothing), as
+    are the drill's options without --fault.
     """
     from generator.bench import ArmOptions, BenchJob, check_fits, load_points, run_benchmark
     from generator.cli.run_reporter import ConsoleReporter
@@ -353,6 +303,7 @@ def bench(
     from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
 
+    refuse_other_mode_options(ctx, fault=fault is not None)
     if baseline not in (None, "colocated"):
         raise typer.BadParameter(
             f"{baseline!r}: the one baseline is colocated", param_hint="--baseline"
@@ -369,10 +320,6 @@ def bench(
     )
     plan = make_plan(spec)
     if fault is not None:
-        if baseline is not None or policies is not None:
-            raise typer.BadParameter(
-                "a fault drill runs the stack alone", param_hint="--baseline, --policies"
-            )
         run_fault_bench(
             plan,
             fault,
@@ -381,6 +328,7 @@ def bench(
             deadline_s=fault_deadline_s,
             folder=claim_run_dir(workspace.root, f"{plan.stack}-fault", run_id),
             wait_scale=wait_scale,
+            rebuild=rebuild,
         )
         return
     chosen = _preset(preset) or default_preset(plan.profile)
@@ -406,6 +354,7 @@ def bench(
     concurrencies = (
         parse_concurrencies(max_concurrency) if max_concurrency else (given.max_concurrency,)
     )
+    check_sweep(rates, concurrencies)
     check_fits(plan, settings)  # before anything starts
     job = BenchJob(
         spec=spec,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from generator.cli.help_text import add_command
+from generator.cli.modes import refuse_unused
 from generator.cli.run_commands import RuntimeOpt, runtime_overrides
 
 __all__ = ["register"]
@@ -17,6 +18,7 @@ def register(app: typer.Typer) -> None:
 
 
 def doctor(
+    ctx: typer.Context,
     stack: Annotated[str, typer.Argument(help="Stack name or spec path.", show_default=False)],
     set_: Annotated[
         list[str] | None,
@@ -88,11 +90,18 @@ def doctor(
         raise XpydError(
             f"--kv-layout {layout!r} is not a layout", hint=f"use one of: {choices}"
         ) from exc
+    moves_data = kv_path or process or kv_layout is not KvLayout.RENDERED
+    if not process:
+        refuse_unused(ctx, ("python",), mode="without --process", reason="it runs the KV test")
+    if not moves_data:
+        refuse_unused(
+            ctx, ("size_mib",), mode="without --kv-path", reason="it sizes the KV test's transfers"
+        )
     report = run_doctor(
         stack,
         [*(set_ or []), *runtime_overrides(runtime, None)],
         host=host,
-        kv_path=kv_path or process or kv_layout is not KvLayout.RENDERED,
+        kv_path=moves_data,
         process=process,
         python=python,
         layout=kv_layout,

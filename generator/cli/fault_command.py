@@ -6,11 +6,41 @@ from pathlib import Path
 
 import typer
 
+from generator.cli.modes import refuse_unused
 from generator.plan import Plan
 
-__all__ = ["FAULT_PANEL", "run_fault_bench"]
+__all__ = ["FAULT_PANEL", "refuse_other_mode_options", "run_fault_bench"]
 
 FAULT_PANEL = "Fault drill (instead of load points)"
+# What a drill reads of bench's options besides these: the stack (with --set, --runtime,
+# --python), --run-id, --wait-scale and --rebuild.
+_FAULT_OPTIONS = ("fault_duration_s", "fault_concurrency", "fault_deadline_s")
+# vLLM's benchmark and its load points: a drill runs a load of its own instead.
+_LOAD_OPTIONS = (
+    "preset", "input_len", "output_len", "num_prompts", "request_rate", "max_concurrency",
+    "burstiness", "seed", "goodput", "dataset", "prefix_len", "suffix_len", "num_prefixes",
+    "point_timeout_s", "idle_window_s",
+)  # fmt: skip
+_ARM_OPTIONS = ("baseline", "policies", "p2p")  # more stacks than the one drilled
+
+
+def refuse_other_mode_options(ctx: typer.Context, *, fault: bool) -> None:
+    """bench's options that its mode (a drill with --fault, load points without) would
+    ignore: BadParameter naming the option and why, before anything is read or started."""
+    if not fault:
+        refuse_unused(ctx, _FAULT_OPTIONS, mode="without --fault", reason="it sets the drill")
+        return
+    refuse_unused(
+        ctx,
+        _LOAD_OPTIONS,
+        mode="with --fault",
+        reason="a drill sends a load of its own (--fault-duration-s, --fault-concurrency, "
+        "--fault-deadline-s), not vLLM's benchmark",
+    )
+    refuse_unused(ctx, _ARM_OPTIONS, mode="with --fault", reason="a drill runs the stack alone")
+    refuse_unused(
+        ctx, ("down",), mode="with --fault", reason="the drill leaves the stack up; run `down`"
+    )
 
 
 def run_fault_bench(
@@ -22,6 +52,7 @@ def run_fault_bench(
     deadline_s: float,
     folder: Path,
     wait_scale: float,
+    rebuild: bool = False,
 ) -> None:
     from generator.bench.drill import run_drill
     from generator.bench.fault_load import LoadSettings
@@ -68,6 +99,7 @@ def run_fault_bench(
         folder=folder,
         reporter=ConsoleReporter(),
         wait_scale=wait_scale,
+        rebuild=rebuild,
     )
     hardware = describe_hardware(plan)
     path = write_fault_report(result, folder, hardware=hardware)

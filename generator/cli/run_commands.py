@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
+from generator.cli.bench_options import (
+    MAX_CONCURRENCY,
+    MAX_PROMPTS,
+    MAX_RATE_PER_S,
+    MAX_TOKENS,
+    MIN_RATE_PER_S,
+)
 from generator.cli.help_text import add_command
+from generator.cli.modes import refuse_unused
 
 __all__ = ["register"]
 
@@ -70,6 +78,16 @@ def _finite(value: float) -> float:
     return value
 
 
+_BENCH_OPTIONS = (
+    "bench_input_len",
+    "bench_output_len",
+    "bench_prompts",
+    "bench_rate",
+    "bench_burstiness",
+    "bench_max_concurrency",
+)
+
+
 def register(app: typer.Typer) -> None:
     add_command(app, up, "Stacks")
     add_command(app, down, "Stacks")
@@ -80,6 +98,7 @@ def register(app: typer.Typer) -> None:
 
 
 def up(
+    ctx: typer.Context,
     stack: StackArg,
     set_: SetOpt = None,
     runtime: RuntimeOpt = None,
@@ -125,21 +144,35 @@ def up(
     ] = 1.0,
     bench_input_len: Annotated[
         int,
-        typer.Option(help="Benchmark prompt length in tokens.", rich_help_panel="--bench", min=1),
+        typer.Option(
+            help="Benchmark prompt length in tokens.",
+            rich_help_panel="--bench",
+            min=1,
+            max=MAX_TOKENS,
+        ),
     ] = 256,
     bench_output_len: Annotated[
         int,
-        typer.Option(help="Benchmark output length in tokens.", rich_help_panel="--bench", min=1),
+        typer.Option(
+            help="Benchmark output length in tokens.",
+            rich_help_panel="--bench",
+            min=1,
+            max=MAX_TOKENS,
+        ),
     ] = 16,
     bench_prompts: Annotated[
-        int, typer.Option(help="Benchmark request count.", rich_help_panel="--bench", min=1)
+        int,
+        typer.Option(
+            help="Benchmark request count.", rich_help_panel="--bench", min=1, max=MAX_PROMPTS
+        ),
     ] = 8,
     bench_rate: Annotated[
         float | None,
         typer.Option(
             help="Requests per second (default: back to back).",
             rich_help_panel="--bench",
-            min=0.001,
+            min=MIN_RATE_PER_S,
+            max=MAX_RATE_PER_S,
             callback=_not_nan,
         ),
     ] = None,
@@ -149,6 +182,7 @@ def up(
             help="Burstiness of arrivals (1: Poisson).",
             rich_help_panel="--bench",
             min=0.001,
+            max=1e6,
             callback=_finite,
         ),
     ] = 1.0,
@@ -158,6 +192,7 @@ def up(
             help="Requests in flight at most (default: no limit).",
             rich_help_panel="--bench",
             min=1,
+            max=MAX_CONCURRENCY,
         ),
     ] = None,
 ) -> None:
@@ -182,6 +217,10 @@ def up(
     from generator.workflow.context import BenchSettings, RunOptions
     from generator.workflow.run import make_context
 
+    if not bench:
+        refuse_unused(
+            ctx, _BENCH_OPTIONS, mode="without --bench", reason="it sets the benchmark --bench runs"
+        )
     plan = load_plan(stack, [*(set_ or []), *runtime_overrides(runtime, python)])
     if plan.runtime is Runtime.COMPOSE:
         require_docker()

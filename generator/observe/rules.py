@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from generator.limits import DECODE_KV_USAGE_MAX, LOCAL_COMPUTE_SHARE_MAX, KvPath, kv_floor_gib_s
+from generator.limits import (
+    DECODE_KV_USAGE_MAX,
+    LOCAL_COMPUTE_SHARE_MAX,
+    RATE_WINDOW_S,
+    SLOW_WINDOW_S,
+    KvPath,
+    kv_floor_gib_s,
+)
 from generator.observe.published import published_families
 from generator.plan import Plan
 from generator.topologies import KvSpeedSource, topology_of
@@ -28,7 +35,15 @@ __all__ = [
 
 KV_GIB_S: Final = "xpyd:kv_gib_per_second"  # per engine whose counters time the transfers
 LOCAL_COMPUTE_SHARE: Final = "xpyd:decode_local_compute_share"  # per decoder
-_RATE_WINDOW: Final = "1m"
+
+
+def _window(seconds: int) -> str:
+    """A PromQL range: whole minutes as minutes."""
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+
+_RATE_WINDOW: Final = _window(RATE_WINDOW_S)
+_SLOW_WINDOW: Final = _window(SLOW_WINDOW_S)
 _GIB: Final = 1 << 30
 
 
@@ -68,8 +83,8 @@ def kv_speed_query(source: KvSpeedSource) -> Query:
 
 def local_compute_query() -> Query:
     tokens = "vllm:prompt_tokens_by_source_total"
-    local = f'rate({tokens}{{role="decode",source="local_compute"}}[5m])'
-    every = f'rate({tokens}{{role="decode"}}[5m])'
+    local = f'rate({tokens}{{role="decode",source="local_compute"}}[{_SLOW_WINDOW}])'
+    every = f'rate({tokens}{{role="decode"}}[{_SLOW_WINDOW}])'
     expr = f"sum by (engine, host) ({local}) / sum by (engine, host) ({every})"
     return Query(expr, (tokens,))
 
@@ -133,10 +148,10 @@ def _failure_alerts(families: dict[str, Any]) -> list[AlertRule]:
     alerts = [
         AlertRule(
             "XpydNixlFailures",
-            Query(f"increase({name}[5m]) > 0", (name,)),
+            Query(f"increase({name}[{_SLOW_WINDOW}]) > 0", (name,)),
             0,
             "critical",
-            f"{{{{ $labels.engine }}}}: {name} rose in the last 5 minutes",
+            f"{{{{ $labels.engine }}}}: {name} rose in the last {_SLOW_WINDOW}",
         )
         for name in failures
     ]
@@ -145,7 +160,7 @@ def _failure_alerts(families: dict[str, Any]) -> list[AlertRule]:
         alerts.append(
             AlertRule(
                 "XpydKvLeasesExpired",
-                Query(f"increase({expired}[5m]) > 0", (expired,)),
+                Query(f"increase({expired}[{_SLOW_WINDOW}]) > 0", (expired,)),
                 0,
                 "warning",
                 "{{ $labels.engine }} dropped KV whose lease expired before the decoder read "

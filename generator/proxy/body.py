@@ -19,7 +19,7 @@ from generator.proxy import fastjson
 from generator.proxy.admission import BodyBudget
 from generator.proxy.config import LimitsConfig, TimeoutsConfig
 from generator.proxy.errors import ProxyError
-from generator.proxy.validation import RequestFacts, check_request
+from generator.proxy.validation import RequestFacts, check_nesting, check_request
 
 __all__ = ["HeldBody", "RequestFacts", "parse_body", "public_request_id", "read_body"]
 
@@ -120,8 +120,11 @@ def parse_body(
         body = fastjson.loads(raw)
     except ValueError as exc:  # orjson's JSONDecodeError is a ValueError too
         raise ProxyError(400, _INVALID, f"body is not JSON: {exc}") from exc
+    except RecursionError as exc:  # the json module's fallback: it parses recursively
+        raise ProxyError(400, _INVALID, "body nests too deeply to parse") from exc
     if not isinstance(body, dict):
         raise ProxyError(400, _INVALID, "body must be a JSON object")
+    check_nesting(raw, body)  # before anything (a policy, the payloads) walks it
     return body, check_request(body, chat=chat, pd_first_token=pd_first_token)
 
 

@@ -85,18 +85,23 @@ def _chat_text(messages: object) -> str | None:
         return None
     parts: list[str] = []
     for message in messages:
-        if not isinstance(message, dict):
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str):  # no text to hash (vLLM refuses such a message)
             return None
-        content = message.get("content")
-        parts += [str(message.get("role")), "\x00", _content_text(content), "\x00"]
+        parts += [role, "\x00", _content_text(message.get("content")), "\x00"]
     return "".join(parts)
 
 
 def _content_text(content: object) -> str:
+    """Text only: a value is never turned into text (str() of a deep one recurses)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # OpenAI's content parts: the text ones
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
     return ""
 
 

@@ -12,13 +12,26 @@ refused by the decoder; flow.py then drains the KV.)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from generator.proxy.errors import ProxyError
 
-__all__ = ["MAX_TOKEN_COUNT", "RequestFacts", "check_context", "check_request"]
+__all__ = [
+    "MAX_BODY_DEPTH",
+    "MAX_TOKEN_COUNT",
+    "RequestFacts",
+    "check_context",
+    "check_nesting",
+    "check_request",
+    "nesting_depth",
+]
 
 _INVALID = "invalid_request_error"
+# What orjson writes at most (it reads 1024 levels): a body nested deeper could not be sent to
+# an engine, so it is refused as it is parsed, before a policy or anything else walks it (a
+# recursive walk of a 1000-deep body exhausts Python's recursion: a 500 instead of a 400).
+MAX_BODY_DEPTH = 254
 # No model has a context of 2**31 tokens: past it a count is an attack, and orjson could not
 # serialize a count past 2**64 anyway.
 MAX_TOKEN_COUNT = 2**31 - 1
@@ -59,6 +72,41 @@ def check_request(body: dict[str, Any], *, chat: bool, pd_first_token: bool) -> 
     if pd_first_token:
         _check_one_choice(body)
     return RequestFacts(stream=stream, max_tokens=max_tokens, min_tokens=min_tokens)
+
+
+def check_nesting(raw: bytes | bytearray, body: object) -> None:
+    """ProxyError 400 for a body nested deeper than ``MAX_BODY_DEPTH``. A body with fewer
+    brackets than that cannot nest so deep: counting them (in C) spares the walk for almost
+    every request, token-id prompts of 100k ids included."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_BODY_DEPTH:
+        return
+    if nesting_depth(body, beyond=MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+        raise ProxyError(
+            400,
+            _INVALID,
+            f"body nests deeper than {MAX_BODY_DEPTH} levels of arrays and objects",
+        )
+
+
+def nesting_depth(value: object, *, beyond: int | None = None) -> int:
+    """How many arrays and objects ``value`` nests (a scalar: 0, ``[]``: 1), walked without
+    recursion; once past ``beyond`` the count stops there."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, above = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue  # a scalar at the top
+        depth = above + 1
+        deepest = max(deepest, depth)
+        if beyond is not None and depth > beyond:
+            break
+        stack.extend((child, depth) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 def check_context(facts: RequestFacts, max_model_len: int | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
+from typing import Any
 
 from generator.errors import SpecIssue
 from generator.plan.models import Plan
@@ -16,15 +17,18 @@ from generator.topologies import topology_unit
 
 __all__ = [
     "ROUTERS",
+    "RUNTIME_RECOVERY",
     "RouterSite",
     "RouterUnit",
     "policy_field",
     "policy_router",
     "policy_sides",
+    "read_recovery",
     "router_issues",
     "router_kind",
     "router_of",
     "router_unit",
+    "router_warnings",
 ]
 
 ROUTERS: Mapping[RouterKind, RouterUnit] = MappingProxyType(
@@ -64,6 +68,37 @@ def router_issues(spec: Spec) -> Iterator[SpecIssue]:
                 f"{choice.name!r} is not a {unit.kind.value} policy",
                 f"use one of: {', '.join(unit.policies)}{_elsewhere(unit)}",
             )
+
+
+RUNTIME_RECOVERY = ("max_restarts",)  # read by every runtime, whatever the router
+
+
+def read_recovery(recovery: Mapping[str, Any], kind: RouterKind) -> dict[str, Any]:
+    """The recovery settings of a spec's data that a router of ``kind`` reads: what a spec
+    derived for another router (a bench arm, the colocated baseline) keeps."""
+    read = _recovery_read(kind)
+    return {name: value for name, value in recovery.items() if name in read}
+
+
+def router_warnings(spec: Spec) -> Iterator[str]:
+    """Recovery settings given for a router that does not read them: legal (`--set
+    router.kind=...` on a stack written for the other router has no way to drop them), but
+    they change nothing."""
+    kind = router_kind(spec)
+    ignored = sorted(spec.recovery.model_fields_set - _recovery_read(kind))
+    if ignored:
+        names = ", ".join(f"recovery.{name}" for name in ignored)
+        one = len(ignored) == 1
+        yield (
+            f"{names}: {kind.value} does not read {'it' if one else 'them'} (our proxy alone "
+            "sends a request again and watches engines' token counters), so "
+            f"{'it changes' if one else 'they change'} nothing here. Remove "
+            f"{'it' if one else 'them'}, or use router.kind: proxy."
+        )
+
+
+def _recovery_read(kind: RouterKind) -> frozenset[str]:
+    return frozenset({*RUNTIME_RECOVERY, *ROUTERS[kind].recovery_fields})
 
 
 def _elsewhere(unit: RouterUnit) -> str:

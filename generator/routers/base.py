@@ -81,6 +81,11 @@ class RouterUnit(Protocol):
     def image(self) -> RouterImage: ...
 
     @property
+    def recovery_fields(self) -> tuple[str, ...]:
+        """The recovery settings it reads (max_restarts is the runtime's, for every router)."""
+        ...
+
+    @property
     def stamp(self) -> Literal["response-id", "headers"]:
         """How it names the prefill/decode pair it chose: in the response id, or headers."""
         ...

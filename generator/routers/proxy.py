@@ -42,6 +42,13 @@ class Proxy:
     policies = tuple(POLICIES)  # the proxy's own registry: router.yaml reads the same
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
     stamp: Literal["response-id", "headers"] = "headers"
+    recovery_fields = (
+        "health_interval_s",
+        "health_timeout_s",
+        "health_failures",
+        "attempts",
+        "stall_s",
+    )
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if topology_unit(spec.topology).router_protocol == "none":

@@ -32,18 +32,29 @@ from generator.topologies import topology_of, topology_unit
 __all__ = ["UNIT", "CacheAwareOptions", "VllmRouter"]
 
 
+# vllm-router 0.1.17 hands these options to its Rust core (``vllm_router_rs.Router``), whose
+# fields are f32, usize and u64: an integer past its type stops the router at start
+# (OverflowError, checked against the 0.1.17 wheel), a float past f32's range becomes inf
+# there. The bounds below are those types, or tighter where a value in them still cannot work.
+_USIZE_MAX = 2**64 - 1  # x86-64 and aarch64 builds
+_F32_MAX = 3.4028234663852886e38
+# vllm-router's own bound on a period in seconds (its kv_aware_session_affinity_ttl_secs):
+# a year; a u64 of seconds added to a clock's instant overflows long before u64's end.
+_MAX_PERIOD_S = 31_536_000
+
+
 class _NoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class CacheAwareOptions(_NoOptions):
     """cache_aware's flags; one left out keeps vllm-router's default (in the comment)."""
 
     cache_threshold: float | None = Field(None, ge=0.0, le=1.0)  # 0.3: prefix match to stay
-    balance_abs_threshold: int | None = Field(None, ge=0)  # 64: queue gap that rebalances...
-    balance_rel_threshold: float | None = Field(None, ge=1.0)  # 1.5: ...and queue ratio
-    eviction_interval_secs: int | None = Field(None, ge=1)  # 120
-    max_tree_size: int | None = Field(None, ge=1)  # 33554432 characters per worker
+    balance_abs_threshold: int | None = Field(None, ge=0, le=_USIZE_MAX)  # 64: queue gap...
+    balance_rel_threshold: float | None = Field(None, ge=1.0, le=_F32_MAX)  # 1.5: ...and ratio
+    eviction_interval_secs: int | None = Field(None, ge=1, le=_MAX_PERIOD_S)  # 120
+    max_tree_size: int | None = Field(None, ge=1, le=_USIZE_MAX)  # 2**25 characters per worker
 
 
 _OPTIONS: Mapping[str, type[BaseModel]] = MappingProxyType({"cache_aware": CacheAwareOptions})
@@ -63,6 +74,9 @@ class VllmRouter:
     )
     image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK)
     stamp: Literal["response-id", "headers"] = "response-id"
+    # Its health checks (_health_flags); it neither sends a request again nor reads token
+    # counters, so recovery.attempts and recovery.stall_s are our proxy's alone.
+    recovery_fields = ("health_interval_s", "health_timeout_s", "health_failures")
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if topology_unit(spec.topology).router_protocol == "lmcache-pd":

@@ -18,6 +18,7 @@ from generator.spec.model_mount import (
 from generator.spec.models import (
     GroupPlacement,
     GroupSpec,
+    Isolation,
     Profile,
     Runtime,
     Spec,
@@ -28,6 +29,7 @@ from generator.spec.owned import (
     ENGINE_API_KEY_REFUSAL,
     ENGINE_ENV,
     owned_issues,
+    unpassable_env,
 )
 from generator.spec.secrets import TOKEN_ENV_NAMES
 from generator.spec.sizes import host_sizes
@@ -159,12 +161,23 @@ def _secret_env(spec: Spec) -> Iterator[SpecIssue]:
             if name in seen or name in group.env:
                 where = "twice" if name in seen else f"and in {role}.env"
                 yield SpecIssue(field, f"lists {name} {where}", "give each variable once")
-            elif name == ENGINE_API_KEY:
-                yield SpecIssue(field, ENGINE_API_KEY_REFUSAL, ENGINE_API_KEY_FIX)
-            elif name in ENGINE_ENV or name in TOKEN_ENV_NAMES:
-                fix = "hf.token" if name in TOKEN_ENV_NAMES else ENGINE_ENV[name]
-                yield SpecIssue(field, f"{name} is set by the tool itself", f"use {fix}")
+            elif (issue := _passed_name_issue(field, name)) is not None:
+                yield issue
             seen.add(name)
+
+
+def _passed_name_issue(field: str, name: str) -> SpecIssue | None:
+    if name == ENGINE_API_KEY:
+        return SpecIssue(field, ENGINE_API_KEY_REFUSAL, ENGINE_API_KEY_FIX)
+    if name in ENGINE_ENV or name in TOKEN_ENV_NAMES:
+        fix = "hf.token" if name in TOKEN_ENV_NAMES else ENGINE_ENV[name]
+        return SpecIssue(field, f"{name} is set by the tool itself", f"use {fix}")
+    problem = unpassable_env(name)
+    if problem is not None:
+        return SpecIssue(
+            field, problem, "remove it: secret_env carries secrets (API keys, credentials) only"
+        )
+    return None
 
 
 def _groups(spec: Spec) -> tuple[tuple[str, GroupSpec], ...]:
@@ -223,6 +236,15 @@ def _runtime_settings(spec: Spec) -> Iterator[SpecIssue]:
                 "the process runtime uses no Docker engine",
                 "remove hosts[].docker, or set runtime: compose",
             )
+    if spec.process.isolation is Isolation.CONTAINER and spec.profile is Profile.CPU:
+        # The view is a GPU engine's container's: its /dev/nvidiaN alone and its PID
+        # namespace. A cpu engine has no GPUs to confine, so it would run plain anyway.
+        yield SpecIssue(
+            "process.isolation",
+            "container builds each engine the view of its GPUs a container would have; a cpu "
+            "stack has none, so its engines would run as with plain (taskset pins the cores)",
+            "remove process.isolation (plain), or set profile: gpu",
+        )
 
 
 def _placement(spec: Spec) -> Iterator[SpecIssue]:

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from generator.limits import MAX_SCRAPE_INTERVAL_S
 from generator.paths import RESERVED_IMAGE_DIRS
 from generator.spec.types import (
     AbsolutePath,
@@ -212,7 +213,9 @@ class ModelSpec(StrictModel):
 class GroupSpec(StrictModel):
     count: int = Field(1, ge=1, le=4096)
     tp: int = Field(1, ge=1, le=64, description="tensor parallel size")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    # Below 1% of a GPU (1.4 GB of an H200) no model's weights and KV cache fit: vLLM fails at
+    # start with no memory left for KV blocks.
+    gpu_memory_utilization: float | None = Field(None, ge=0.01, le=1)
     extra_args: Args = Field(default_factory=list)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
     secret_env: list[EnvName] = Field(
@@ -256,7 +259,9 @@ class PlacementSpec(StrictModel):
 class LMCacheServerSpec(StrictModel):
     """`lmcache server` settings (nixl-mp): one server per vLLM instance."""
 
-    l1_size_gb: float | None = Field(None, gt=0, le=1 << 20)
+    # At least 10 MB: an L1 that holds no KV chunk stores nothing (a chunk of 256 tokens is
+    # ~32 MiB for an 8B model).
+    l1_size_gb: float | None = Field(None, ge=0.01, le=1 << 20)
     eviction_policy: Literal["LRU", "ARC", "IsolatedLRU", "noop"] = "LRU"
     supported_transfer_mode: Literal["lmcache_driven", "engine_driven", "auto"] | None = None
     extra_args: Args = Field(default_factory=list)
@@ -265,8 +270,9 @@ class LMCacheServerSpec(StrictModel):
 class LMCachePDSpec(StrictModel):
     """LMCache's in-process P/D transfer (lmcache-pd)."""
 
-    prefill_buffer_bytes: int = Field(1 << 30, gt=0, le=1 << 40)
-    decode_buffer_bytes: int = Field(2 << 30, gt=0, le=1 << 40)
+    # At least 1 MiB: a buffer must hold a chunk's KV for the transfer to move anything.
+    prefill_buffer_bytes: int = Field(1 << 30, ge=1 << 20, le=1 << 40)
+    decode_buffer_bytes: int = Field(2 << 30, ge=1 << 20, le=1 << 40)
     buffer_device: Literal["cuda", "cpu"] | None = None
     backends: list[NixlBackend] = Field(default_factory=lambda: ["UCX"], min_length=1)
 
@@ -286,8 +292,11 @@ class LMCacheP2PSpec(StrictModel):
     reads the chunk from a peer's L1 (one hop, read-only). Present: on."""
 
     transfer_engine: Literal["nixl", "mooncake_te"] = "nixl"
-    lookup_timeout_s: float = Field(30.0, gt=0, le=3600)  # a slower peer lookup is a miss
-    load_timeout_s: float = Field(30.0, gt=0, le=3600)  # a slower peer load is a failure
+    # At least a peer's round trip and a chunk over TCP (a 32 MiB chunk at ~0.4 GiB/s takes
+    # 80 ms): less, and every peer read misses or fails. At most 600 s, the OpenAI SDK's own
+    # request timeout: no client is left waiting for a slower peer.
+    lookup_timeout_s: float = Field(30.0, ge=0.1, le=600)  # a slower peer lookup is a miss
+    load_timeout_s: float = Field(30.0, ge=0.1, le=600)  # a slower peer load is a failure
 
 
 class LMCacheSpec(StrictModel):
@@ -448,7 +457,13 @@ class ObserveSpec(StrictModel):
     part of it, with alert rules for the ways P/D fails silently. Off by default."""
 
     enabled: bool = False
-    scrape_interval_s: int = Field(5, ge=1, le=3600)
+    scrape_interval_s: int = Field(
+        5,
+        ge=1,
+        le=MAX_SCRAPE_INTERVAL_S,
+        description="also the rules' evaluation interval; at most a quarter of the shortest "
+        "window a rule reads over (generator/limits.py), or its alerts could never fire",
+    )
     publish: bool = Field(
         False,
         description="Prometheus and Grafana reachable from other machines; off: on the host "
@@ -460,10 +475,13 @@ class ObserveSpec(StrictModel):
     traces: bool = Field(
         False, description="an OTLP collector (gpu only); the engines send it their traces"
     )
+    # 0.01 GiB/s is 100 Mb/s Ethernet's speed: a lower floor never fires before KV has stopped
+    # (the recompute alert says that); 10,000 GiB/s is ~5x the fastest GPU link (NVLink 5):
+    # a higher floor fires on every stack.
     kv_floor_gib_s: float | None = Field(
         None,
-        gt=0,
-        le=1 << 20,
+        ge=0.01,
+        le=10_000,
         description="alert when KV moves slower than this; default: the verdict's floor for the "
         "stack's KV path (none on cpu, whose speed is a figure)",
     )

@@ -26,6 +26,7 @@ __all__ = [
     "LMCACHE_SERVER_FLAGS",
     "ROUTER_FLAGS",
     "owned_issues",
+    "unpassable_env",
 ]
 
 # vLLM answers 401 to every request without the key, and neither router sends one.
@@ -164,6 +165,30 @@ _LMCACHE_CONFIG_KEYS = (
 _LMCACHE_ENV = {f"LMCACHE_{key.upper()}": "lmcache.*" for key in _LMCACHE_CONFIG_KEYS}
 
 
+# Variables a secret never is, that secret_env must not pass from the caller's shell: the
+# tool's own (XPYD_*: its supervisor's PID, exit and restart files), and those that change
+# which programs run and what they load: the dynamic linker's (LD_*), Python's (PYTHON*:
+# the process runtime drops the caller's PYTHONPATH and PYTHONHOME on purpose), the search
+# path and a shell's startup files (the process runtime starts services through sh).
+_TOOL_PREFIX = "XPYD_"
+_LOADER_PREFIXES = ("LD_", "PYTHON", "DYLD_")
+_LOADER_NAMES = frozenset(
+    {"PATH", "VIRTUAL_ENV", "BASH_ENV", "ENV", "GCONV_PATH", "LOCPATH", "__PYVENV_LAUNCHER__"}
+)
+
+
+def unpassable_env(name: str) -> str | None:
+    """Why ``name`` cannot be passed from the caller's environment (secret_env); else None."""
+    if name.startswith(_TOOL_PREFIX):
+        return f"{name} is the tool's own (the runtime sets XPYD_* for its supervisors)"
+    if name in _LOADER_NAMES or name.startswith(_LOADER_PREFIXES):
+        return (
+            f"{name} changes which programs run or what they load, which the tool sets up "
+            "itself (and the caller's shell may not share)"
+        )
+    return None
+
+
 def owned_issues(
     model_args: Sequence[str],
     groups: Mapping[str, tuple[Sequence[str], Mapping[str, str]]],
@@ -186,6 +211,12 @@ def _env_issues(field: str, env: Mapping[str, str], role: str) -> Iterator[SpecI
             fix = owned[name].replace("<role>", role)
             yield SpecIssue(
                 f"{field}.{name}", "is set by the tool itself; this value would replace it", fix
+            )
+        elif name.startswith(_TOOL_PREFIX):
+            yield SpecIssue(
+                f"{field}.{name}",
+                "is the tool's own (XPYD_* tell its supervisors their files and timings)",
+                f"remove {field}.{name}",
             )
 
 

@@ -35,7 +35,21 @@ class Colocated:
     extra_image_roles: tuple[str, ...] = ()
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
-        return iter(())  # any group sizes and TP: no KV has to fit between them
+        # Any group sizes and TP: no KV has to fit between them. What only moving KV reads
+        # would change nothing here.
+        # (lmcache's sections are the P/D units' to name: foreign_issues)
+        if "chunk_size" in spec.lmcache.model_fields_set:
+            yield SpecIssue(
+                "lmcache.chunk_size",
+                "a colocated stack runs no LMCache: nothing reads it",
+                "remove lmcache.chunk_size, or use a P/D topology",
+            )
+        if spec.observe.kv_floor_gib_s is not None:
+            yield SpecIssue(
+                "observe.kv_floor_gib_s",
+                "a colocated stack moves no KV: no alert reads the floor",
+                "remove observe.kv_floor_gib_s, or use a P/D topology",
+            )
 
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
         return iter(())  # it reads nothing the P/D topologies do not
@@ -110,6 +124,7 @@ def baseline_data(spec: Spec, plan: Plan) -> dict[str, Any]:
     data |= {"name": name, "topology": Topology.COLOCATED.value}
     data["description"] = f"colocated baseline of {spec.name} (bench --baseline colocated)"
     data["lmcache"] = {}  # no LMCache at all: neither P/D nor servers
+    data.get("observe", {}).pop("kv_floor_gib_s", None)  # no KV, no KV alert
     data.pop("nixl", None)  # no KV hand-off either
     data["ports"] = {
         field: value

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from generator.errors import SpecIssue
+from generator.errors import PlanError, SpecIssue
 from generator.plan.files import ConfigFile, MetricsPage
 from generator.plan.models import EnginePlan, Plan, Role
 from generator.plan.parts import (
@@ -24,6 +24,7 @@ from generator.plan.parts import (
     SidecarPlan,
     part_of,
 )
+from generator.plan.placement import Slot, place_engines
 from generator.plan.ports import PortBook
 from generator.spec import LMCacheServerSpec, Profile, RouterKind, Spec, Topology
 from generator.topologies.base import (
@@ -72,6 +73,7 @@ class NixlMP:
             )
         yield from baseline_room(spec)
         yield from _p2p_issues(spec)
+        yield from _shared_gpu_pull(spec)
 
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
         yield from foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
@@ -275,6 +277,39 @@ def _p2p_issues(spec: Spec) -> Iterator[SpecIssue]:
                 "(lmcache.p2p is on)",
                 f"remove {flag}, or remove lmcache.p2p",
             )
+
+
+def _shared_gpu_pull(spec: Spec) -> Iterator[SpecIssue]:
+    """A decoder that pulls from a prefiller on its own GPU reads over tcp/lo: UCX serves a
+    same-GPU READ that way (~0.5 GiB/s measured on an H200), so the verdict fails."""
+    if spec.profile is not Profile.GPU or not spec.gpu.share or spec.nixl.transfer != "pull":
+        return
+    try:
+        slots = place_engines(spec)
+    except PlanError:
+        return  # the planner says what is wrong with the placement
+    shared = _gpu_of_both_roles(slots)
+    if shared is not None:
+        yield SpecIssue(
+            "nixl.transfer",
+            f"is pull, but {shared} (gpu.share): UCX serves a same-GPU read over tcp/lo "
+            "(~0.5 GiB/s), so KV crawls and the verdict fails",
+            "set nixl.transfer: push (the prefiller writes over cuda_ipc), or give each engine "
+            "GPUs of its own",
+        )
+
+
+def _gpu_of_both_roles(slots: list[Slot]) -> str | None:
+    """The first GPU a prefiller and a decoder share, said in words; None if none is."""
+    first: dict[tuple[str, int, Role], str] = {}
+    for slot in slots:
+        for gpu in slot.devices:
+            first.setdefault((slot.host, gpu, slot.role), f"{slot.role.value}-{slot.index}")
+    for (host, gpu, role), name in first.items():
+        other = first.get((host, gpu, Role.DECODE))
+        if role is Role.PREFILL and other is not None:
+            return f"{name} and {other} share GPU {gpu} on host {host}"
+    return None
 
 
 def _p2p_plan(spec: Spec, book: PortBook) -> P2PPlan | None:

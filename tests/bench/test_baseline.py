@@ -62,6 +62,26 @@ def test_the_baseline_moves_no_kv_and_round_robins_over_every_engine(stack: str)
     assert not [name for name in services if name.startswith("lmcache-")]
 
 
+def test_the_baseline_keeps_only_the_recovery_settings_vllm_router_reads() -> None:
+    spec = load_spec(Workspace(ROOT).stack_file("cpu-faults"))  # our proxy: attempts, stall_s
+    twin = baseline_spec(spec, make_plan(spec))
+    assert spec.recovery.model_fields_set - twin.recovery.model_fields_set == {
+        "attempts",
+        "stall_s",
+    }
+    assert twin.recovery.health_interval_s == spec.recovery.health_interval_s == 1
+    assert not [line for line in make_plan(twin).warnings if "recovery." in line]
+
+
+def test_the_baseline_of_a_stack_with_a_kv_floor_drops_it() -> None:
+    spec = load_spec(
+        Workspace(ROOT).stack_file("xpyd"), ["observe={enabled: true, kv_floor_gib_s: 5}"]
+    )
+    twin = baseline_spec(spec, make_plan(spec))
+    assert twin.observe.enabled
+    assert twin.observe.kv_floor_gib_s is None
+
+
 def test_a_stack_already_colocated_has_no_baseline() -> None:
     spec, plan, _ = _pair("cpu-1p1d")
     colocated = baseline_spec(spec, plan)

@@ -54,6 +54,9 @@ def test_faults_parse(plan: Plan, text: str, fault: Fault) -> None:
         ("hang:router@1+5", "router is no engine"),
         ("cut:host-a@1+5", "runs on one host: a link cut needs two"),
         ("kill:decode-0@99999", "too late"),
+        ("stop:decode-0@5+0", "stop for 0 s is over before the drill can see it"),
+        ("hang:decode-0@5+0.5", "hang for 0.5 s is over before the drill can see it"),
+        ("stop:router@5+1.999", "stop for 1.999 s is over before"),
     ],
 )
 def test_bad_faults_say_what_is_wrong(plan: Plan, text: str, says: str) -> None:

@@ -80,6 +80,18 @@ def test_an_arm_switches_the_router_and_leaves_the_other_kinds_settings_out() ->
     assert arm.name == spec.name
 
 
+def test_an_arm_keeps_only_the_recovery_settings_its_router_reads() -> None:
+    spec = spec_of("cpu-faults")  # our proxy, with attempts and stall_s of its own
+    arm = policy_spec(spec, PolicyArm(VLLM_ROUTER, "round_robin"))
+    assert arm.recovery.model_fields_set == {
+        "max_restarts", "health_interval_s", "health_timeout_s", "health_failures"
+    }  # fmt: skip
+    assert not [line for line in make_plan(arm).warnings if "recovery." in line]
+    assert make_plan(spec_of("cpu-faults")).warnings == ()
+    same = policy_spec(spec, PolicyArm(PROXY, "least_outstanding"))
+    assert same.recovery == spec.recovery
+
+
 def test_cache_aware_on_lmcache_pd_is_refused_naming_the_arm() -> None:
     with pytest.raises(SpecError, match="with bench --policies vllm-router-cache_aware"):
         policy_spec(spec_of("cpu-lmcache-pd"), PolicyArm(VLLM_ROUTER, "cache_aware"))

@@ -10,7 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from generator.bench import check_fits, load_points
-from generator.cli.bench_command import parse_concurrencies, parse_goodput, parse_rates
+from generator.cli.bench_command import (
+    check_sweep,
+    parse_concurrencies,
+    parse_goodput,
+    parse_rates,
+)
 from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.plan import Plan
@@ -104,9 +109,18 @@ def test_sweep_and_slo_options_parse_and_refuse_nonsense() -> None:
         (parse_goodput, "ttft", "METRIC:MILLISECONDS"),
         (parse_goodput, "ttft:-1", "METRIC:MILLISECONDS"),
         (parse_goodput, "ttft:0", "> 0"),
+        (parse_goodput, "ttft:100,ttft:200", "ttft is given twice"),
+        (parse_rates, ",".join(["1"] * 40_000), "lists 40000 values; a sweep has at most 64"),
+        (parse_concurrencies, ",".join(["4"] * 65), "lists 65 values"),
     ):
         with pytest.raises(typer.BadParameter, match=message):
             parse(text)
+
+
+def test_a_sweep_is_bounded_by_its_points_not_only_its_lists() -> None:
+    check_sweep((1.0,) * 8, (1,) * 8)
+    with pytest.raises(typer.BadParameter, match="8 rates x 9 concurrencies are 72 load points"):
+        check_sweep((1.0,) * 8, (1,) * 9)
 
 
 @given(st.text(max_size=40))

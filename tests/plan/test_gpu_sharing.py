@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from generator.errors import PlanError
+from generator.errors import PlanError, SpecError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.services.commands import engine_command
@@ -22,7 +22,13 @@ def sharing(
         role: {"count": 1} | ({"gpu_memory_utilization": share} if share is not None else {})
         for role, share in (("prefill", prefill), ("decode", decode))
     }
-    return spec_dict(hosts=[{"name": "h", "gpus": gpus}], gpu={"share": True}, **groups)
+    # push: a decoder pulling from a prefiller on its own GPU is refused (below)
+    return spec_dict(
+        hosts=[{"name": "h", "gpus": gpus}],
+        gpu={"share": True},
+        nixl={"transfer": "push"},
+        **groups,
+    )
 
 
 def test_the_one_gpu_stack_puts_both_engines_on_gpu_0(workspace: Workspace) -> None:
@@ -68,3 +74,23 @@ def test_shares_over_0_9_of_one_gpu_are_refused() -> None:
     with pytest.raises(PlanError, match=r"take 0\.95 of its memory together, more than 0\.9"):
         make_plan(parse_spec(sharing([0], prefill=0.5, decode=0.45), source="test"))
     make_plan(parse_spec(sharing([0], prefill=0.45, decode=0.45), source="test"))  # 0.9: fine
+
+
+def test_a_decoder_may_not_pull_from_a_prefiller_on_its_own_gpu() -> None:
+    """UCX serves a same-GPU READ over tcp/lo: the shared-GPU stack must push (xpyd-1gpu)."""
+    data = sharing([0]) | {"nixl": {"transfer": "pull"}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data, source="test")
+    (issue,) = caught.value.issues
+    assert issue.field == "nixl.transfer"
+    assert "prefill-0 and decode-0 share GPU 0 on host h (gpu.share)" in issue.problem
+    assert issue.fix.startswith("set nixl.transfer: push")
+    # sharing allowed but not needed (a GPU each), or engines of one role on a GPU: pull works
+    make_plan(parse_spec(sharing([0, 1], prefill=None, decode=None) | {"nixl": {}}, source="t"))
+    two_decoders = sharing([0, 1]) | {
+        "nixl": {},
+        "decode": {"count": 2, "gpu_memory_utilization": 0.4},
+        "placement": {"decode": {"hosts": ["h"], "gpus": [[1], [1]]}},
+    }
+    plan = make_plan(parse_spec(two_decoders, source="t"))
+    assert [engine.gpus for engine in plan.engines] == [(0,), (1,), (1,)]

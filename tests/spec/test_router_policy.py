@@ -3,9 +3,12 @@ kind checks its own names and options and renders them (router.yaml, vllm-router
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from generator.errors import SpecError
 from generator.planner import make_plan
@@ -139,3 +142,69 @@ def test_the_policy_flags_are_the_specs_own() -> None:
     data = spec_dict(router={"extra_args": ["--prefill-policy", "random"]})
     with pytest.raises(SpecError, match=r"router\.policy\.prefill"):
         parse_spec(data, source="t")
+
+
+# vllm-router 0.1.17 gives cache_aware's options to its Rust core: f32, usize and u64 there
+# (an int past usize stops it at start with OverflowError; a float past f32 becomes inf).
+_RUST_INT_MAX = 2**64 - 1
+_F32_MAX = 3.4028234663852886e38
+_F32_OPTIONS = ("cache_threshold", "balance_rel_threshold")
+CACHE_AWARE_VALUES = st.one_of(
+    st.integers(-(2**80), 2**80),
+    st.sampled_from([2**64 - 1, 2**64, 10**30, 31_536_000, 31_536_001]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([float("inf"), 1e39, _F32_MAX]),
+)
+
+
+@given(
+    option=st.sampled_from(
+        ["cache_threshold", "balance_abs_threshold", "balance_rel_threshold",
+         "eviction_interval_secs", "max_tree_size"]
+    ),
+    value=CACHE_AWARE_VALUES,
+)  # fmt: skip
+def test_a_cache_aware_option_is_refused_or_fits_the_routers_own_types(
+    option: str, value: float
+) -> None:
+    """What reaches vllm-router's command line parses as its argparse type and fits the Rust
+    field it lands in; anything else is refused, naming the option."""
+    data = spec_dict(router={"kind": "vllm-router", "policy": cache_aware(**{option: value})})
+    try:
+        plan = make_plan(parse_spec(data, source="t"))
+    except SpecError as exc:
+        refused = str(exc)
+    else:
+        refused = ""
+        command = router_of(plan).command(plan)
+        text = command[command.index(f"--{option.replace('_', '-')}") + 1]
+        if option in _F32_OPTIONS:  # argparse's float, then an f32
+            assert math.isfinite(float(text))
+            assert abs(float(text)) <= _F32_MAX
+        else:  # argparse's int, then a usize or u64
+            assert 0 <= int(text) <= _RUST_INT_MAX
+    assert not refused or f"router.policy.options.{option}" in refused
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_tree_size", 2**64),
+        ("balance_abs_threshold", 10**30),
+        ("balance_rel_threshold", float("inf")),
+        ("balance_rel_threshold", 1e39),
+        ("eviction_interval_secs", 2**63),
+    ],
+)
+def test_cache_aware_values_past_the_routers_types_are_refused(option: str, value: float) -> None:
+    assert f"router.policy.options.{option}" in issues_of(cache_aware(**{option: value}))
+
+
+def test_recovery_settings_vllm_router_ignores_are_a_warning_naming_them() -> None:
+    recovery = {"attempts": 3, "stall_s": 30, "health_failures": 3}
+    plan = plan_of("round_robin", recovery=recovery)
+    (warning,) = [w for w in plan.warnings if "recovery." in w]
+    assert warning.startswith("recovery.attempts, recovery.stall_s: vllm-router does not read")
+    proxy = plan_of("round_robin", recovery=recovery, **LMCACHE_PD)
+    assert not [w for w in proxy.warnings if "recovery." in w]
+    assert not [w for w in plan_of("round_robin").warnings if "recovery." in w]

@@ -1,0 +1,80 @@
+"""Issue 33, class 6: an option the command's mode does not read is refused (exit 2, the
+option and why), never ignored. Each case names a stack that does not exist: the refusal must
+come before the spec is read, so a regression says "does not exist" (exit 1) and starts
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tools import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_STACK = "no-such-stack"
+FAULT = ["--fault", "kill:decode-0@10"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([*FAULT, "--p2p", "on,off"], "--p2p: has no effect with --fault: a drill runs the stack"),
+        ([*FAULT, "--policies", "round_robin"], "--policies: has no effect with --fault"),
+        ([*FAULT, "--baseline", "colocated"], "--baseline: has no effect with --fault"),
+        ([*FAULT, "--dataset", "prefix-repetition"], "--dataset: has no effect with --fault"),
+        ([*FAULT, "--preset", "smoke"], "--preset: has no effect with --fault"),
+        ([*FAULT, "--request-rate", "garbage"], "--request-rate: has no effect with --fault"),
+        ([*FAULT, "--goodput", "ttft:x"], "--goodput: has no effect with --fault: a drill sends"),
+        ([*FAULT, "--point-timeout-s", "60"], "--point-timeout-s: has no effect with --fault"),
+        ([*FAULT, "--down"], "--down: has no effect with --fault: the drill leaves the stack up"),
+        (["--fault-duration-s", "30"], "--fault-duration-s: has no effect without --fault"),
+        (["--fault-concurrency", "2"], "--fault-concurrency: has no effect without --fault"),
+    ],
+)
+def test_bench_refuses_what_its_mode_does_not_read(args: list[str], says: str) -> None:
+    result = run_cli("bench", NO_STACK, *args, root=ROOT, timeout_s=60)
+    assert result.returncode == 2, result.stderr
+    assert says in " ".join(result.stderr.split())
+
+
+def test_up_refuses_benchmark_settings_without_bench() -> None:
+    result = run_cli("up", NO_STACK, "--bench-rate", "5", root=ROOT, timeout_s=60)
+    assert result.returncode == 2, result.stderr
+    assert "--bench-rate: has no effect without --bench" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*FAULT, "--rebuild", "--wait-scale", "2", "--run-id", "x", "--fault-duration-s", "30"],
+        ["--request-rate", "1,2", "--preset", "smoke"],
+    ],
+)
+def test_what_a_mode_reads_passes_on_to_the_spec(args: list[str]) -> None:
+    result = run_cli("bench", NO_STACK, *args, root=ROOT, timeout_s=60)
+    assert result.returncode == 1, result.stderr
+    assert f"{NO_STACK}.yaml" in result.stderr
+    assert "does not exist" in result.stderr
+
+
+def test_up_takes_benchmark_settings_with_bench() -> None:
+    result = run_cli("up", NO_STACK, "--bench", "--bench-rate", "5", root=ROOT, timeout_s=60)
+    assert result.returncode == 1, result.stderr
+    assert "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--size-mib", "64"], "--size-mib: has no effect without --kv-path"),
+        (
+            ["--kv-path", "--python", "/usr/bin/python3"],
+            "--python: has no effect without --process",
+        ),
+    ],
+)
+def test_doctor_refuses_kv_test_options_without_the_kv_test(args: list[str], says: str) -> None:
+    result = run_cli("doctor", NO_STACK, *args, root=ROOT, timeout_s=60)
+    assert result.returncode == 2, result.stderr
+    assert says in " ".join(result.stderr.split())
