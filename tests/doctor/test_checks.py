@@ -136,13 +136,21 @@ def test_no_engine_is_one_failed_row(workspace: Workspace) -> None:
     assert (row.verdict, row.blocking) == (Verdict.FAIL, True)
 
 
+def _held_port() -> socket.socket:
+    """A port this test holds, whichever the machine has free (never a fixed number: another
+    test or service may hold it)."""
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", 0))
+    holder.listen()
+    return holder
+
+
 def test_a_busy_port_names_its_holder(workspace: Workspace) -> None:
-    view = h200_view(workspace, "xpyd-mp", "ports.prefill_http=47100")
-    with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 47100))
-        holder.listen()
+    with _held_port() as holder:
+        port = holder.getsockname()[1]
+        view = h200_view(workspace, "xpyd-mp", f"ports.prefill_http={port}")
         rows = port_checks(view)
-    busy = next(row for row in rows if row.check.startswith("port 47100"))
+    busy = next(row for row in rows if row.check.startswith(f"port {port}"))
     assert busy.verdict is Verdict.FAIL
     assert "python" in busy.found  # pid N (python...): this test process
 
@@ -153,19 +161,19 @@ def test_a_port_held_by_a_service_the_stack_no_longer_has_is_no_clash(
     """`bench --set prefill.count=2` left prefill-1 running; the committed stack (one
     prefiller) gives its port to another service: `up` removes the orphan, so only a warning."""
     planned = ["prefill-0", "decode-0", "router"]
-    states = [
-        ServiceState("prefill-1", "c1", "running", "healthy", None, ("127.0.0.1:47100->7101/tcp",)),
-        ServiceState("decode-0", "c2", "running", "healthy", None, ("127.0.0.1:47200->7200/tcp",)),
-        ServiceState("prefill-2", "c3", "exited", None, 1, ()),
-    ]
-    orphans = orphan_ports(states, planned)
-    assert orphans == {"prefill-1": frozenset({47100})}  # an exited one holds no port
-    view = replace(h200_view(workspace, "xpyd-mp", "ports.prefill_http=47100"), orphans=orphans)
-    with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 47100))
-        holder.listen()
-        rows = port_checks(view)
-    assert not [r for r in rows if r.check.startswith("port 47100") and r.verdict is Verdict.FAIL]
+    with _held_port() as holder:
+        port = holder.getsockname()[1]
+        running, healthy, held = "running", "healthy", f"127.0.0.1:{port}->7101/tcp"
+        states = [
+            ServiceState("prefill-1", "c1", running, healthy, None, (held,)),
+            ServiceState("decode-0", "c2", running, healthy, None, ("127.0.0.1:47200->7200/tcp",)),
+            ServiceState("prefill-2", "c3", "exited", None, 1, ()),
+        ]
+        orphans = orphan_ports(states, planned)
+        assert orphans == {"prefill-1": frozenset({port})}  # an exited one holds no port
+        stack = h200_view(workspace, "xpyd-mp", f"ports.prefill_http={port}")
+        rows = port_checks(replace(stack, orphans=orphans))
+    assert not [r for r in rows if r.check.startswith(f"port {port}") and r.verdict is Verdict.FAIL]
     (old,) = [row for row in rows if row.check == "services the stack no longer has"]
     assert (old.verdict, old.blocking) == (Verdict.WARN, False)
     assert "prefill-1 running" in old.found
