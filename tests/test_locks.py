@@ -102,3 +102,17 @@ def test_a_conflicting_input_fails_with_uvs_explanation(
     assert message.startswith("uv could not resolve the GPU engine lock")
     assert "lmcache==0.5.6 depends on numpy<=2.2.6" in message
     assert not output.exists()
+
+
+def test_the_images_build_with_the_uv_the_package_pins(workspace: Workspace) -> None:
+    """The builder stages install the wheelhouse with uv from images/locks/build-tools.txt:
+    the same version as the one `env` installs the process runtime's Pythons with."""
+    import tomllib
+
+    from generator.render.images import BUILD_TOOLS_LOCK
+
+    project = tomllib.loads((workspace.root / "pyproject.toml").read_text())
+    pinned = {dep for dep in project["project"]["dependencies"] if dep.startswith("uv==")}
+    lines = (workspace.root / BUILD_TOOLS_LOCK).read_text().splitlines()
+    tools = {line for line in lines if line and not line.startswith("#")}
+    assert tools == pinned

@@ -27,6 +27,7 @@ from generator.topologies import topology_of
 from generator.versions import PackagePins, load_versions
 
 __all__ = [
+    "BUILD_TOOLS_LOCK",
     "CPU_CONNECTOR",
     "CPU_FEATURES",
     "ENGINE_LOCK",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 ENGINE_LOCK = "images/locks/engine-cpu.txt"
+BUILD_TOOLS_LOCK = "images/locks/build-tools.txt"  # uv, for builder stages with a wheelhouse
 GPU_ENGINE_LOCK = "images/locks/engine-gpu.txt"  # resolved by generator.locks
 _TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
 _CHECK_SCRIPT = "images/assets/check_engine_image.py"
@@ -146,6 +148,7 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "gpu_engine": gpu,
         "pip": plan.images.pip,
         "lock": lock,
+        "tools_lock": BUILD_TOOLS_LOCK,
         "synthetic_model": synthetic,
         "check_script": _CHECK_SCRIPT,
         "check_args": _check_args(pip_gaps, cpu=cpu),
@@ -155,7 +158,7 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
         "supervisor": [SUPERVISOR, SUPERVISOR_IN_IMAGE],
     }
-    inputs = [lock, _CHECK_SCRIPT, KV_PROBE, SUPERVISOR] + (
+    inputs = [lock, BUILD_TOOLS_LOCK, _CHECK_SCRIPT, KV_PROBE, SUPERVISOR] + (
         [CPU_FEATURES, FIX_CPU_VENV] if cpu else []
     )
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
@@ -211,6 +214,7 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         versions=_pins(plan),
         pip=plan.images.pip,
         lock=image.lock,
+        tools_lock=BUILD_TOOLS_LOCK,
         supervisor=[SUPERVISOR, SUPERVISOR_IN_IMAGE],
     )
     # Sources copied in are part of what the tag stands for.
@@ -219,7 +223,9 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         for folder in image.copied_sources
         for path in (workspace.root / folder).rglob("*.py")
     )
-    tag = _tag(plan, workspace, "router", text, [image.lock, SUPERVISOR, *sources])
+    tag = _tag(
+        plan, workspace, "router", text, [image.lock, BUILD_TOOLS_LOCK, SUPERVISOR, *sources]
+    )
     return ImageBuild("router", tag, _dockerfile(plan, "router"), text, base_image)
 
 

@@ -15,8 +15,14 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python3 -m venv /opt/venv
 COPY images/locks/router.txt /tmp/requirements.lock
 # Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
+# uv (from the wheelhouse too, images/locks/build-tools.txt) installs the lock: the same pins with
+# --no-deps, unpacked and compiled on every core (pip took twice as long); it stays in this stage.
 COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]
-RUN /opt/venv/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock
+COPY images/locks/build-tools.txt /tmp/build-tools.lock
+RUN python3 -m venv /opt/build-tools \
+ && /opt/build-tools/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/build-tools.lock \
+ && /opt/build-tools/bin/uv pip install --python /opt/venv/bin/python --no-config --no-cache \
+        --no-index --no-deps --find-links /tmp/wheelhouse --compile-bytecode -r /tmp/requirements.lock
 
 
 # === BEGIN runtime ===
