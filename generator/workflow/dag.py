@@ -79,7 +79,8 @@ def build_graph(plan: Plan, options: RunOptions | None = None) -> Graph:
         ready = g.add(
             "prepare-env",
             prepare.check_pythons,
-            "the Pythons the services run with answer; the synthetic model, made once",
+            "the Pythons the services run with, made where missing (what env does), answer; the "
+            "synthetic model, made once",
             30 * _MINUTE,
             preflight,
         )

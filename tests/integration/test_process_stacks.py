@@ -5,8 +5,8 @@ drill) and serving again; a service that dies failing `up` fast with its log;
 Ctrl+C; and nothing left running after any of them.
 
 The stacks are rendered into a checkout copy (an `up --runtime process` renders the stack for
-host networking, which would change the committed compose files); the Pythons are the ones
-`python -m generator env` makes in this checkout.
+host networking, which would change the committed compose files). The copy has no Pythons:
+its first `up` makes them (what `python -m generator env` does), later ones find them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.conftest import ROOT, cli, interrupt_cli, workspace_copy
+from tests.integration.conftest import cli, interrupt_cli, workspace_copy
 
 pytestmark = pytest.mark.stack
 RUN = f"proc-{int(time.time())}"
@@ -35,19 +35,9 @@ def copy(scratch_root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def pythons() -> list[str]:
-    """The cpu env (both cpu stacks share it), made or found up to date."""
-    made = cli("env", "cpu-lmcache-pd", timeout_s=1800)
-    assert made.returncode == 0, made.stderr[-3000:]
-    engine = ROOT / ".cache/env/engine-cpu/bin/python"
-    router = ROOT / ".cache/env/router/bin/python"
-    return [
-        "--runtime",
-        "process",
-        "--python",
-        str(engine),
-        "--set",
-        f"process.router_python={router}",
-    ]
+    """The process runtime with its default Pythons (the copy's .cache/env/, both cpu stacks
+    share them): the first `up` makes them, the lmcache-pd one adds its CPU connector."""
+    return ["--runtime", "process"]
 
 
 def processes_of(copy: Path, project: str) -> list[psutil.Process]:
@@ -91,6 +81,7 @@ def test_cpu_1p1d_passes_its_verdict_as_processes(
     record = json.loads((copy / "runs" / str(nixl_mp_up["run_id"]) / "run.json").read_text())
     tasks = record["tasks"]
     assert tasks["prepare-env"]["state"] == "success"
+    assert "made engine-cpu and router" in tasks["prepare-env"]["summary"]  # none were there
     assert "build-engines" not in tasks  # nothing is built or shipped
     verdict = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
     kv = verdict["prompt tokens from prefill (decode: external_kv_transfer)"]

@@ -12,7 +12,7 @@ from generator.errors import StackError
 from generator.owned import append_descriptor, remove_file
 from generator.plan import Plan
 from generator.render.writer import write_rendered
-from generator.runtimes.process import ProcessStack
+from generator.runtimes.process import ProcessStack, Pythons
 from generator.services.model import ImageRef
 from generator.spec import Runtime
 from generator.topologies import topology_of
@@ -96,17 +96,22 @@ def _doctor_checks(context: RunContext, stack: HostStack) -> str:
 
 def check_pythons(context: RunContext) -> str:
     """The process runtime's Pythons: the engines' imports vLLM, the router's runs the router;
-    then the synthetic model, where the stack uses one (the image build makes it otherwise)."""
+    then the synthetic model, where the stack uses one (the image build makes it otherwise).
+    Where the default Pythons (what `python -m generator env` makes) are missing or lack what
+    this stack needs, they are made first: `up` under compose builds what it needs, so `up
+    --runtime process` does too. A Python the spec names (process.python) is the user's: it is
+    checked, never made."""
     from generator.envs import make_synthetic_model
 
     stack = next(iter(context.hosts.values()))
     pythons = stack.runtime.pythons if isinstance(stack.runtime, ProcessStack) else None
     assert pythons is not None  # the DAG adds this task under the process runtime only
-    probe = _ENGINE_PROBE
-    if topology_of(context.plan).needs_cpu_connector(context.plan.profile):
-        probe = "import xpyd_lmcache_cpu; " + probe  # LMCache's CPU connector (env installs it)
-    found = [_answers(pythons.engine, probe, "the engines' Python")]
-    found.append(_answers(pythons.router, _ROUTER_PROBE, "the router's Python"))
+    try:
+        found = _probe_pythons(context, pythons)
+    except StackError:
+        if not _default_pythons(context, pythons):
+            raise
+        found = [_make_envs(context), *_probe_pythons(context, pythons)]
     if context.plan.model.source == "synthetic":
         found.append(
             make_synthetic_model(
@@ -114,6 +119,30 @@ def check_pythons(context: RunContext) -> str:
             )
         )
     return "; ".join(found)
+
+
+def _probe_pythons(context: RunContext, pythons: Pythons) -> list[str]:
+    probe = _ENGINE_PROBE
+    if topology_of(context.plan).needs_cpu_connector(context.plan.profile):
+        probe = "import xpyd_lmcache_cpu; " + probe  # LMCache's CPU connector (env installs it)
+    return [
+        _answers(pythons.engine, probe, "the engines' Python"),
+        _answers(pythons.router, _ROUTER_PROBE, "the router's Python"),
+    ]
+
+
+def _default_pythons(context: RunContext, pythons: Pythons) -> bool:
+    from generator.envs import default_pythons
+
+    return pythons == default_pythons(context.workspace, context.plan.profile)
+
+
+def _make_envs(context: RunContext) -> str:
+    from generator.envs import make_envs
+
+    context.progress("making the stack's Pythons (what `python -m generator env` does)")
+    made = make_envs(context.plan, context.workspace, _every(context, "env"))
+    return f"made {made.engine.parent.parent.name} and {made.router.parent.parent.name}"
 
 
 _ENGINE_PROBE = (
