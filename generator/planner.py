@@ -15,7 +15,8 @@ from generator.plan.ports import PortBook
 from generator.plan.resolve import resolve_hf, resolve_model, resolve_ucx
 from generator.plan.warnings import collect_warnings
 from generator.routers import RouterSite, router_kind, router_unit, router_warnings
-from generator.spec import GroupSpec, HostSpec, Profile, Runtime, Spec
+from generator.runtimes.kinds import runtime_kind
+from generator.spec import GroupSpec, HostSpec, Profile, Spec
 from generator.topologies import EngineSite, TopologyUnit, topology_unit
 
 __all__ = ["make_plan"]
@@ -23,12 +24,12 @@ __all__ = ["make_plan"]
 
 def make_plan(spec: Spec) -> Plan:
     # Host networking on GPUs (NIXL and RDMA advertise host addresses), across hosts (KV and
-    # side channels must reach the other host's address) and for local processes (there is no
-    # bridge); a bridge for single-host cpu stacks in containers.
+    # side channels must reach the other host's address) and where the runtime has no bridge
+    # (local processes); a bridge for single-host cpu stacks in containers.
     multi_host = len(spec.hosts) > 1
-    processes = spec.runtime is Runtime.PROCESS
+    runtime = runtime_kind(spec.runtime)
     gpu = spec.profile is Profile.GPU
-    network: Network = "host" if gpu or multi_host or processes else "bridge"
+    network: Network = "host" if gpu or multi_host or runtime.host_network else "bridge"
     topology = topology_unit(spec.topology)
     book = PortBook()
     slots = place_engines(spec)
@@ -57,7 +58,7 @@ def make_plan(spec: Spec) -> Plan:
         topology=settings,
         profile=spec.profile,
         runtime=spec.runtime,
-        process=spec.process if processes else None,
+        process=spec.process if runtime.process_plans else None,
         recovery=spec.recovery,
         network=network,
         rdma=_rdma(spec, slots),

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from generator.plan.models import Plan
 from generator.routers import read_recovery, router_issues
+from generator.runtimes.kinds import runtime_issues
 from generator.spec import RouterKind, Rule, Spec, read_spec_file, validate_spec
 from generator.topologies import baseline_data, topology_issues
 
 __all__ = ["UNIT_RULES", "baseline_spec", "load_spec", "parse_spec"]
 
-UNIT_RULES: tuple[Rule, ...] = (topology_issues, router_issues)
+UNIT_RULES: tuple[Rule, ...] = (topology_issues, router_issues, runtime_issues)
 
 
 def load_spec(path: Path, overrides: Sequence[str] = ()) -> Spec:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from generator.errors import XpydError
@@ -16,7 +16,7 @@ from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
 from generator.serializers.process import PLAN_FILE
-from generator.spec import DockerAccess, ProcessSpec, Profile
+from generator.spec import DockerAccess, ProcessSpec, Profile, Runtime
 from generator.stack import load_spec
 
 _PLAN_JSON_MAX_BYTES = 16 << 20
@@ -79,8 +79,9 @@ class RenderedHost:
     docker: DockerAccess | None  # None: this machine's engine
     services: tuple[str, ...]
     profile: Profile
-    process_file: Path | None = None  # rendered for the process runtime: its processes.yaml
-    process: ProcessSpec = field(default_factory=ProcessSpec)  # the rendered plan's settings
+    process_file: Path | None  # rendered for local processes: its processes.yaml
+    process: ProcessSpec  # the rendered plan's process settings
+    runtime: Runtime  # what it was rendered for (plan.json)
 
 
 def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[RenderedHost]:
@@ -101,7 +102,7 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
             f"no rendered stack named {name} under {workspace.compose_dir}",
             hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
         )
-    access, profile, process = _rendered_plan(folder / "plan.json")
+    access, profile, process, runtime = _rendered_plan(folder / "plan.json")
     hosts = []
     for path in files:
         project, host, services = _project_of(path)
@@ -109,16 +110,26 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
         processes = process_file if process_file.is_file() else None
         hosts.append(
             RenderedHost(
-                host, project, path, access.get(host), services, profile, processes, process
+                host,
+                project,
+                path,
+                access.get(host),
+                services,
+                profile,
+                processes,
+                process,
+                runtime,
             )
         )
     return hosts
 
 
-def _rendered_plan(plan_file: Path) -> tuple[dict[str, DockerAccess], Profile, ProcessSpec]:
+def _rendered_plan(
+    plan_file: Path,
+) -> tuple[dict[str, DockerAccess], Profile, ProcessSpec, Runtime]:
     """Each host's Docker engine as the rendered plan.json says (absent: the local one), the
-    plan's profile and its process settings (validated as the spec's are: the Pythons named
-    there are what `status` runs health checks with)."""
+    plan's profile, its process settings (validated as the spec's are: the Pythons named there
+    are what `status` runs health checks with) and its runtime."""
     try:
         text = read_bounded(plan_file, max_bytes=_PLAN_JSON_MAX_BYTES)
         if text is None:
@@ -130,7 +141,8 @@ def _rendered_plan(plan_file: Path) -> tuple[dict[str, DockerAccess], Profile, P
             if host.get("docker")
         }
         process = ProcessSpec.model_validate(plan.get("process") or {})
-        return access, Profile(plan["profile"]), process
+        runtime = Runtime(plan.get("runtime", "compose"))  # the plan leaves the default out
+        return access, Profile(plan["profile"]), process, runtime
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise XpydError(
             f"{plan_file} is not a plan render wrote ({exc})", hint="render the stack again"

@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("spec", ("generator.spec",)),
     ("plan data", ("generator.plan",)),  # models, parts, ports, files: what units return
-    ("units", ("generator.topologies", "generator.routers")),
+    ("units", ("generator.topologies", "generator.routers", "generator.runtimes.kinds")),
     ("planner", ("generator.planner", "generator.stack")),  # above the units they consult
     ("observe", ("generator.observe",)),  # what observe's services read, from the plan
     ("services", ("generator.services",)),
@@ -43,9 +43,17 @@ _CHECKED_UP_TO = "serializers"  # layers whose imports the direction test holds
 
 # The units, and the data they return (one member per unit in plan/parts.py, re-exported by
 # generator/plan/__init__.py): the only places that may name a topology or router of their own.
-UNIT_PACKAGES = ("generator.topologies", "generator.routers")
+UNIT_PACKAGES = (
+    "generator.topologies",
+    "generator.routers",
+    "generator.runtimes.kinds",
+    "generator.workflow.runtimes",
+)
 UNIT_DATA = ("generator.plan.parts", "generator.plan")
-UNIT_ENUMS = ("Topology", "RouterKind")
+UNIT_ENUMS = ("Topology", "RouterKind", "Runtime")
+# Where an enum is defined and given as the spec's default: naming its member there is no
+# choice between units.
+_ENUM_DEFAULTS = {"generator.spec.models": {"Runtime"}, "generator.plan.models": {"Runtime"}}
 _SHARED_PARTS = {"EngineKV", "RouterPlan", "SidecarPlan", "TopologyPlan", "part_of", "span"}
 
 
@@ -198,11 +206,11 @@ def test_lower_layers_never_import_upper_ones() -> None:
 
 def _unit_names() -> tuple[set[str], set[str]]:
     """The unit modules (generator.topologies.nixl_mp, ...) and their own plan parts."""
+    shared = ("topologies", "routers", "kinds", "runtimes", "base", "docker_host")
     modules = {
         module
         for module in _modules()
-        if _in(module, ("generator.topologies", "generator.routers"))
-        and module.rpartition(".")[2] not in ("topologies", "routers", "base")
+        if _in(module, UNIT_PACKAGES) and module.rpartition(".")[2] not in shared
     }
     parts = set(importlib.import_module("generator.plan.parts").__all__)
     return modules, parts - _SHARED_PARTS
@@ -211,13 +219,14 @@ def _unit_names() -> tuple[set[str], set[str]]:
 def _unit_mentions(
     tree: ast.Module, where: str, unit_modules: set[str], unit_parts: set[str]
 ) -> Iterator[str]:
+    enums = set(UNIT_ENUMS) - _ENUM_DEFAULTS.get(where, set())
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in unit_parts:
             yield f"{where}:{node.lineno} names {node.id}"
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
-            and node.value.id in UNIT_ENUMS
+            and node.value.id in enums
             and node.attr.isupper()
         ):
             yield f"{where}:{node.lineno} names {node.value.id}.{node.attr}"
@@ -254,9 +263,10 @@ def test_the_unit_check_finds_a_unit_named_outside() -> None:
     ]
 
 
-def test_no_module_outside_a_unit_names_a_topology_or_router() -> None:
+def test_no_module_outside_a_unit_names_a_topology_router_or_runtime() -> None:
     """Outside code asks a unit through its protocol (generator/topologies/base.py,
-    generator/routers/base.py): never a unit's module, plan part or enum member."""
+    generator/routers/base.py, generator/runtimes/kinds/base.py,
+    generator/workflow/runtimes/base.py): never a unit's module, plan part or enum member."""
     modules, parts = _unit_names()
     found = [
         mention

@@ -331,7 +331,7 @@ def _followers(context: RunContext, service: str) -> list[str]:
     and its decoders, on any host)."""
     followers: list[str] = []
     for host in context.hosts.values():
-        for s in host.project.host_services.services:
+        for s in host.services.services:
             registered = s.registered_at and service in {d.service for d in s.depends_on}
             if registered or service in {peer.service for peer in s.restarts_with}:
                 followers.append(s.name)

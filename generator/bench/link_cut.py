@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from generator.docker.netcut import cut_ruleset, load_ruleset, resolved, restore_ruleset
 from generator.errors import XpydError
 from generator.workflow.hosts import HostStack
+from generator.workflow.runtimes.docker_host import docker_host
 
 __all__ = ["cut_link", "restore_link"]
 
@@ -24,7 +25,8 @@ def cut_link(hosts: Mapping[str, HostStack], cut: str) -> str:
     lines = []
     for name, stack in hosts.items():
         sources = addresses[cut] if name != cut else [a for n in far for a in addresses[n]]
-        load_ruleset(stack.endpoint, _nft_image(stack), cut_ruleset(sources))
+        endpoint = docker_host(stack, "a link cut").endpoint
+        load_ruleset(endpoint, _nft_image(stack), cut_ruleset(sources))
         lines.append(f"{name} drops packets from {', '.join(sources)}")
     return "\n".join(lines)
 
@@ -34,14 +36,15 @@ def restore_link(hosts: Mapping[str, HostStack]) -> str:
     failed = []
     for name, stack in hosts.items():
         try:
-            load_ruleset(stack.endpoint, _nft_image(stack), restore_ruleset())
+            endpoint = docker_host(stack, "a link cut").endpoint
+            load_ruleset(endpoint, _nft_image(stack), restore_ruleset())
         except XpydError as error:
             failed.append(f"{name}: {error.message}")
     return "\n".join(failed)
 
 
 def _nft_image(stack: HostStack) -> str:
-    for service in stack.project.host_services.services:
+    for service in stack.services.services:
         if service.role in _OUR_ROLES:
             return service.image.tag
     raise XpydError(

@@ -294,14 +294,13 @@ def bench(
     """
     from generator.bench import ArmOptions, BenchJob, check_fits, load_points, run_benchmark
     from generator.cli.run_reporter import ConsoleReporter
-    from generator.docker import require_docker
     from generator.paths import find_workspace
     from generator.planner import make_plan
     from generator.services.bench import default_preset, preset_settings
-    from generator.spec import Runtime
     from generator.stack import load_spec
     from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
+    from generator.workflow.runtimes import runtime_driver
 
     refuse_other_mode_options(ctx, fault=fault is not None)
     if baseline not in (None, "colocated"):
@@ -375,8 +374,7 @@ def bench(
         p2p=p2p_states,
     )
     job.arm_plans()  # every arm's spec and plan checked before anything starts
-    if plan.runtime is Runtime.COMPOSE:
-        require_docker()
+    runtime_driver(plan.runtime).require()
     report = run_benchmark(job, workspace, ConsoleReporter())
     _print(report)
 

@@ -61,10 +61,9 @@ def run_fault_bench(
     from generator.bench.session import describe_hardware
     from generator.cli.run_reporter import ConsoleReporter
     from generator.console import success, warn
-    from generator.docker import require_docker
     from generator.paths import find_workspace
     from generator.probes.readiness import router_of_plan
-    from generator.spec import Runtime
+    from generator.workflow.runtimes import runtime_driver
 
     try:
         fault = parse_fault(fault_text, plan)
@@ -80,8 +79,7 @@ def run_fault_bench(
             f"{fault.label} lasts past the load's end ({duration_s:g} s)",
             param_hint="--fault-duration-s",
         )
-    if plan.runtime is Runtime.COMPOSE:
-        require_docker()
+    runtime_driver(plan.runtime).require()
     session = plan.router.session_header
     load = LoadSettings(
         url=f"{router_of_plan(plan).url}/v1/completions",

@@ -209,21 +209,19 @@ def up(
     """
     from generator.cli.run_reporter import ConsoleReporter
     from generator.console import success
-    from generator.docker import require_docker
     from generator.paths import find_workspace
-    from generator.spec import Runtime
     from generator.workbench import load_plan
     from generator.workflow import up_stack
     from generator.workflow.context import BenchSettings, RunOptions
     from generator.workflow.run import make_context
+    from generator.workflow.runtimes import runtime_driver
 
     if not bench:
         refuse_unused(
             ctx, _BENCH_OPTIONS, mode="without --bench", reason="it sets the benchmark --bench runs"
         )
     plan = load_plan(stack, [*(set_ or []), *runtime_overrides(runtime, python)])
-    if plan.runtime is Runtime.COMPOSE:
-        require_docker()
+    runtime_driver(plan.runtime).require()
     options = RunOptions(
         rebuild=rebuild,
         bench=bench,
@@ -258,7 +256,7 @@ def down(
     from generator.paths import find_workspace
     from generator.stack_lock import holding
     from generator.workbench import rendered_name
-    from generator.workflow.hosts import rendered_stacks
+    from generator.workflow.runtimes import rendered_stacks
 
     name = rendered_name(stack)
     with holding(find_workspace().root, name, f"down {name}"):
@@ -271,8 +269,8 @@ def status(stack: StackArg, host: HostOpt = None) -> None:
     """The live stack on every host (services, state, health, ports) and its last run."""
     from generator.cli.tables import print_status
     from generator.paths import find_workspace
-    from generator.workflow.hosts import rendered_stacks
     from generator.workflow.records import latest_run
+    from generator.workflow.runtimes import rendered_stacks
 
     last_run = latest_run(find_workspace().runs_dir, stack)
     for name, compose in rendered_stacks(stack, host=host):
@@ -324,7 +322,7 @@ def logs(
 ) -> None:
     """Print a stack's logs (one service, or all of them, host by host)."""
     from generator.errors import XpydError
-    from generator.workflow.hosts import rendered_stacks
+    from generator.workflow.runtimes import rendered_stacks
 
     stacks = rendered_stacks(stack, service=service, host=host)
     if follow and len(stacks) > 1:

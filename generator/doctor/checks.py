@@ -22,7 +22,8 @@ from generator.doctor.host_checks import (
     token_checks,
 )
 from generator.doctor.report import CheckRow, Verdict
-from generator.spec import GpuAccess, Isolation, Runtime
+from generator.runtimes.kinds import runtime_kind
+from generator.spec import GpuAccess, Isolation
 
 __all__ = ["CHECKS", "run_checks"]
 
@@ -48,8 +49,9 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def docker_checks(view: HostView) -> list[CheckRow]:
-    if view.plan.runtime is Runtime.PROCESS:
-        return [CheckRow("Docker engine", "-", "process runtime: not used", Verdict.SKIP)]
+    runtime = view.plan.runtime
+    if not runtime_kind(runtime).containers:
+        return [CheckRow("Docker engine", "-", f"{runtime.value} runtime: not used", Verdict.SKIP)]
     facts = view.facts
     if facts is None:
         return [
@@ -85,8 +87,8 @@ def docker_checks(view: HostView) -> list[CheckRow]:
 def process_checks(view: HostView) -> list[CheckRow]:
     """The tools the process runtime starts services with: taskset where cores are pinned;
     unshare, as root, for isolation: container."""
-    settings = view.plan.process
-    if view.plan.runtime is not Runtime.PROCESS or settings is None:
+    settings = view.plan.process  # set for the runtimes that start local processes
+    if settings is None:
         return []
     needed = ["taskset"] if any(engine.cpus for engine in view.engines) else []
     container = settings.isolation is Isolation.CONTAINER
@@ -110,7 +112,7 @@ def process_checks(view: HostView) -> list[CheckRow]:
 
 def gpu_access_checks(view: HostView) -> list[CheckRow]:
     """Which ways of handing GPUs to containers this host supports, against the spec's."""
-    if view.plan.runtime is Runtime.PROCESS:
+    if not runtime_kind(view.plan.runtime).containers:
         return []
     if not view.gpu_profile:
         return [CheckRow("GPU access", "-", "cpu profile: no GPUs", Verdict.SKIP)]
@@ -275,7 +277,7 @@ def rdma_checks(view: HostView) -> list[CheckRow]:
                 "networking.rdma: false (KV then crosses hosts over TCP)",
             )
         )
-    if view.gpu_profile and view.engines and view.plan.runtime is Runtime.COMPOSE:
+    if view.gpu_profile and view.engines and runtime_kind(view.plan.runtime).containers:
         rows.append(_memlock_row(view))  # what dockerd can grant; processes have their own
     return rows
 

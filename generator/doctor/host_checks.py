@@ -14,7 +14,7 @@ from generator.doctor.ports import busy_ports, ephemeral_range, holder_of, publi
 from generator.doctor.report import CheckRow, Verdict
 from generator.plan import TokenPlan
 from generator.plan.agent_ports import agent_on
-from generator.spec import Runtime
+from generator.runtimes.kinds import runtime_kind
 
 __all__ = ["address_checks", "disk_checks", "port_checks", "shm_checks", "token_checks"]
 
@@ -166,7 +166,7 @@ def disk_checks(view: HostView) -> list[CheckRow]:
                     "copy the model there, or fix model.host_path",
                 )
             ]
-    processes = view.plan.runtime is Runtime.PROCESS
+    processes = not runtime_kind(view.plan.runtime).containers
     docker_root = view.facts.root_dir if view.facts else "/var/lib/docker"
     # The process runtime's Pythons (.cache/env/) take the images' place.
     where = hf.cache_dir or (str(view.workspace.root) if processes else docker_root)

@@ -15,11 +15,11 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.images import ImageBuild, plan_images, pulled_images
 from generator.render.manifest import MANIFEST_NAME, manifest_text
+from generator.runtimes.kinds import runtime_kind
 from generator.serializers.compose import ComposeProject, compose_projects
 from generator.serializers.process import ProcessProject, process_projects
 from generator.services.build import build_deployment, image_ref
 from generator.services.model import Deployment
-from generator.spec import Runtime
 
 __all__ = ["ComposeProject", "ImageBuild", "ProcessProject", "RenderedStack", "render_stack"]
 
@@ -41,7 +41,7 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     built = {i.role: image_ref(i.tag, i.dockerfile) for i in images}
     deployment = build_deployment(plan, pulled_images(plan) | built)
     projects = compose_projects(deployment)
-    processes = process_projects(deployment) if plan.runtime is Runtime.PROCESS else []
+    processes = process_projects(deployment) if runtime_kind(plan.runtime).process_plans else []
     compose_dir = PurePosixPath("compose") / plan.stack
     images_dir = PurePosixPath("images") / plan.stack
     files: dict[PurePosixPath, str] = {image.dockerfile: image.text for image in images}

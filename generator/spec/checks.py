@@ -18,9 +18,7 @@ from generator.spec.model_mount import (
 from generator.spec.models import (
     GroupPlacement,
     GroupSpec,
-    Isolation,
     Profile,
-    Runtime,
     Spec,
 )
 from generator.spec.owned import (
@@ -213,40 +211,6 @@ def _docker_access(spec: Spec) -> Iterator[SpecIssue]:
             )
 
 
-def _runtime_settings(spec: Spec) -> Iterator[SpecIssue]:
-    if spec.runtime is not Runtime.PROCESS:
-        if "process" in spec.model_fields_set:
-            yield SpecIssue(
-                "process",
-                "is read by the process runtime only (runtime is compose)",
-                "remove the process section, or set runtime: process",
-            )
-        return
-    if len(spec.hosts) > 1:
-        yield SpecIssue(
-            "runtime",
-            f"the process runtime starts every service on this machine, but the stack has "
-            f"{len(spec.hosts)} hosts",
-            "use runtime: compose for multi-host stacks (each host's Docker engine), or one host",
-        )
-    for index, host in enumerate(spec.hosts):
-        if host.docker is not None:
-            yield SpecIssue(
-                f"hosts[{index}].docker",
-                "the process runtime uses no Docker engine",
-                "remove hosts[].docker, or set runtime: compose",
-            )
-    if spec.process.isolation is Isolation.CONTAINER and spec.profile is Profile.CPU:
-        # The view is a GPU engine's container's: its /dev/nvidiaN alone and its PID
-        # namespace. A cpu engine has no GPUs to confine, so it would run plain anyway.
-        yield SpecIssue(
-            "process.isolation",
-            "container builds each engine the view of its GPUs a container would have; a cpu "
-            "stack has none, so its engines would run as with plain (taskset pins the cores)",
-            "remove process.isolation (plain), or set profile: gpu",
-        )
-
-
 def _placement(spec: Spec) -> Iterator[SpecIssue]:
     if spec.placement is None:
         return
@@ -317,12 +281,6 @@ def _observe(spec: Spec) -> Iterator[SpecIssue]:
             "only on the local base image and Debian's packages",
             "set observe.traces: false, or profile: gpu",
         )
-    if spec.runtime is Runtime.PROCESS:
-        yield SpecIssue(
-            "observe.enabled",
-            "the process runtime does not run Prometheus, Grafana or a collector yet",
-            "use runtime: compose, or set observe.enabled: false",
-        )
 
 
 _CHECKS: tuple[Check, ...] = (
@@ -336,7 +294,6 @@ _CHECKS: tuple[Check, ...] = (
     loopback_hosts,
     _docker_access,
     shared_engines,
-    _runtime_settings,
     _placement,
     _owned_settings,
     _secret_env,

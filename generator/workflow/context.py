@@ -59,7 +59,7 @@ class RunContext:
     def host_of(self, service: str) -> HostStack:
         """The host whose project runs ``service``."""
         for stack in self.hosts.values():
-            if service in stack.project.host_services.service_names:
+            if service in stack.services.service_names:
                 return stack
         raise XpydError(f"no host of {self.plan.stack} runs a service named {service!r}")
 

@@ -8,129 +8,54 @@ render -> preflight (every host's engine answers) -> wheels -> build-engines || 
   -> start-router -> wait-router -> smoke -> [bench] -> [down]
 
 Single-host stacks drop the ``@<host>`` suffixes. Each task is declared once, with its limit.
-Under the process runtime, ``prepare-env`` (the services' Pythons answer, the synthetic model
-is made) takes the place of wheels, builds and shipping.
+What comes between preflight and the first start is the runtime's (its driver, under
+generator/workflow/runtimes/): compose's wheels, builds and shipping above; the process
+runtime's ``prepare-env`` (the services' Pythons made or found, the synthetic model).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from generator.plan import EnginePlan, Plan
 from generator.plan.observe import OTEL_SERVICE
-from generator.spec import Profile, Runtime
+from generator.workflow.builder import MINUTE, GraphBuilder
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.graph import Graph
+from generator.workflow.runtimes import RuntimeDriver, runtime_driver
 from generator.workflow.steps import prepare, services, verdict
 from generator.workflow.task import Task
 
 __all__ = ["build_graph", "default_selection", "start_waves"]
 
-_MINUTE = 60.0
-_BUILD_LIMIT_S = {Profile.GPU: 120 * _MINUTE, Profile.CPU: 45 * _MINUTE}
-_SHIP_LIMIT_S = 60 * _MINUTE  # a GPU engine image is ~20 GB over ssh
-_START_LIMIT_S = 10 * _MINUTE
-_SLACK_S = _MINUTE  # a wait's task outlives the wait's own deadline by this much
-
-
-class _Builder:
-    """Tasks made and wired (``>>``) where they are declared, each once."""
-
-    def __init__(self, plan: Plan, options: RunOptions) -> None:
-        self.plan, self.options = plan, options
-        self.tasks: list[Task] = []
-
-    def add(
-        self,
-        name: str,
-        function: Callable[[RunContext], str | None],
-        description: str,
-        limit_s: float,
-        *after: Task | None,
-        teardown: bool = False,
-    ) -> Task:
-        task = Task(name, function, description, timeout_s=limit_s, teardown=teardown)
-        for upstream in after:
-            if upstream is not None:
-                upstream >> task
-        self.tasks.append(task)
-        return task
-
-    def on(self, base: str, host: str) -> str:
-        return f"{base}@{host}" if self.plan.is_multi_host else base
-
-    def wait_limit_s(self, deadline_s: float) -> float:
-        return deadline_s * self.options.wait_scale + _SLACK_S
+_START_LIMIT_S = 10 * MINUTE
 
 
 def build_graph(plan: Plan, options: RunOptions | None = None) -> Graph:
-    g = _Builder(plan, options or RunOptions())
-    render = g.add("render", prepare.render_files, "write compose/ and images/", _MINUTE)
+    g = GraphBuilder(plan, options or RunOptions())
+    driver = runtime_driver(plan.runtime)
+    render = g.add("render", prepare.render_files, "write compose/ and images/", MINUTE)
     preflight = g.add(
         "preflight",
-        prepare.check_hosts,
-        "each host's Docker engine answers, then doctor's "
+        driver.preflight,
+        "what each host's runtime needs answers (compose: its Docker engine), then doctor's "
         "cheap checks (ports, GPUs, shm, disk) where they can run",
-        5 * _MINUTE,
+        5 * MINUTE,
         render,
     )
-    if plan.runtime is Runtime.PROCESS:
-        # Nothing to build or ship: the services run from the process runtime's Pythons.
-        ready = g.add(
-            "prepare-env",
-            prepare.check_pythons,
-            "the Pythons the services run with, made where missing (what env does), answer; the "
-            "synthetic model, made once",
-            30 * _MINUTE,
-            preflight,
-        )
-        waits = [w for host in plan.hosts for w in _engine_part(g, host.name, ready, ready)]
-        _router_part(g, waits, ready)
-        return Graph(g.tasks)
-    wheels = g.add(
-        "wheels",
-        prepare.fetch_wheels,
-        "download the wheels the images install",
-        30 * _MINUTE,
-        preflight,
-    )
-    limit = _BUILD_LIMIT_S[plan.profile]
-    engines = g.add(
-        "build-engines",
-        prepare.build_engine_images,
-        "build the prefill/decode/lmcache images on this machine's engine",
-        limit,
-        wheels,
-    )
-    built_here = "the router image" + (" and Prometheus's" if _builds_prometheus(plan) else "")
-    router = g.add("build-router", prepare.build_router_image, f"build {built_here}", limit, wheels)
-    waits = [w for host in plan.hosts for w in _engine_part(g, host.name, engines, router)]
-    _router_part(g, waits, router)
+    engines, router = driver.prepare(g, preflight)
+    waits = [w for host in plan.hosts for w in _engine_part(g, driver, host.name, engines, router)]
+    _router_part(g, driver, waits, router)
     return Graph(g.tasks)
 
 
-def _builds_prometheus(plan: Plan) -> bool:
-    return plan.observe is not None and plan.profile is Profile.CPU
-
-
-def _ship(g: _Builder, host: str, built: list[Task]) -> Task | None:
-    """Images to a host whose engine is not this machine's (no registry: save | load)."""
-    if not g.plan.host(host).services or not prepare.needs_shipping(g.plan, host):
-        return None
-    return g.add(
-        g.on("ship", host),
-        prepare.ship_images_to(host),
-        f"{host}: copy the images its services use to its Docker engine",
-        _SHIP_LIMIT_S,
-        *built,
-    )
-
-
-def _engine_part(g: _Builder, host: str, engines_built: Task, router_built: Task) -> list[Task]:
+def _engine_part(
+    g: GraphBuilder, driver: RuntimeDriver, host: str, engines_built: Task, router_built: Task
+) -> list[Task]:
     engines = g.plan.engines_on(host)
     if not engines:
         return []
-    ready = _ship(g, host, [engines_built, router_built]) or engines_built
+    ready = driver.deliver(g, host, [engines_built, router_built]) or engines_built
     ready = _sidecar_part(g, host, ready)
     limit = g.wait_limit_s(services.engine_deadline_s(g.plan))
     waits: list[Task] = []
@@ -177,7 +102,7 @@ def start_waves(engines: Sequence[EnginePlan]) -> list[list[EnginePlan]]:
     return waves
 
 
-def _sidecar_part(g: _Builder, host: str, ready: Task) -> Task:
+def _sidecar_part(g: GraphBuilder, host: str, ready: Task) -> Task:
     """nixl-mp: one `lmcache server` per engine, healthy before the engines start."""
     sidecars = services.sidecars_on(g.plan, host)
     if not sidecars:
@@ -199,9 +124,11 @@ def _sidecar_part(g: _Builder, host: str, ready: Task) -> Task:
     )
 
 
-def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
+def _router_part(
+    g: GraphBuilder, driver: RuntimeDriver, waits: list[Task], router_built: Task
+) -> None:
     host = g.plan.router.host
-    shipped = _ship(g, host, [router_built]) if not g.plan.engines_on(host) else None
+    shipped = driver.deliver(g, host, [router_built]) if not g.plan.engines_on(host) else None
     start = g.add(
         "start-router",
         services.start_router,
@@ -222,7 +149,7 @@ def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
         "smoke",
         verdict.smoke,
         "completion + streaming chat; verdict from the engines' own counters",
-        15 * _MINUTE,
+        15 * MINUTE,
         wait,
     )
     observed = _observe_part(g, wait)
@@ -230,7 +157,7 @@ def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
         "bench",
         verdict.bench,
         "vLLM's serving benchmark through the router (optional)",
-        120 * _MINUTE,
+        120 * MINUTE,
         smoke,
         observed,
     )
@@ -238,13 +165,13 @@ def _router_part(g: _Builder, waits: list[Task], router_built: Task) -> None:
         "down",
         verdict.down,
         "remove the stack on every host (--down or --teardown-on-failure)",
-        10 * _MINUTE,
+        10 * MINUTE,
         bench,
         teardown=True,
     )
 
 
-def _observe_part(g: _Builder, after: Task) -> Task | None:
+def _observe_part(g: GraphBuilder, after: Task) -> Task | None:
     """observe's services once every part they scrape is up (a bench then runs observed)."""
     observe = g.plan.observe
     if observe is None:

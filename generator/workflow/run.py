@@ -14,10 +14,10 @@ from generator.stack_lock import holding
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.dag import build_graph, default_selection
 from generator.workflow.graph import Graph
-from generator.workflow.hosts import host_stacks
 from generator.workflow.records import RunRecord, claim_run_dir, new_run_id
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.runner import TaskFailure, run_graph
+from generator.workflow.runtimes import host_stacks
 
 __all__ = ["check_run_id", "dag_of", "make_context", "up_stack"]
 

@@ -45,6 +45,7 @@ def gpu_host(count: int, gpus: int, **changes: Any) -> dict[str, Any]:
         "decode": group,
         "hosts": [{"name": "h", "gpus": list(range(gpus))}],
         "gpu": {"share": "gpu_memory_utilization" in changes},
+        "nixl": {"transfer": "push"},  # what a shared GPU needs
     }
 
 

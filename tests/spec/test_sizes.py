@@ -54,6 +54,10 @@ def test_the_largest_sizes_allowed_pass_validation() -> None:
     hosts = [{"name": "h", "gpus": list(range(64))}]
     groups = {"count": MAX_ENGINES_PER_HOST // 2, "gpu_memory_utilization": 0.4}
     spec = parse_spec(
-        spec_dict(hosts=hosts, prefill=groups, decode=groups, gpu={"share": True}), source="t"
+        spec_dict(
+            hosts=hosts, prefill=groups, decode=groups, gpu={"share": True},
+            nixl={"transfer": "push"},  # a shared GPU needs push
+        ),
+        source="t",
     )
     assert spec.prefill.count + spec.decode.count == MAX_ENGINES_PER_HOST

@@ -10,7 +10,7 @@ from generator.planner import make_plan
 from generator.services.model import ImageBuildRef, ImageRef
 from generator.stack import load_spec
 from generator.workflow.dag import build_graph
-from generator.workflow.steps.prepare import _pulled_by_host
+from generator.workflow.steps.images import _pulled_by_host
 from tests.observe.helpers import OBSERVED
 
 

@@ -19,10 +19,10 @@ from generator.stack import load_spec
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.dag import build_graph, default_selection, start_waves
 from generator.workflow.graph import Graph
-from generator.workflow.hosts import host_stacks
 from generator.workflow.records import RunRecord, latest_run
 from generator.workflow.report import EventLevel, RecordingReporter
 from generator.workflow.runner import TaskFailure, run_graph
+from generator.workflow.runtimes import host_stacks
 from generator.workflow.task import SkipTask, Task, TaskState
 
 

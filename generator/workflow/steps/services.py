@@ -60,7 +60,7 @@ def start_services(host: str, names: list[str]) -> Callable[[RunContext], str]:
         # (its LMCache server recreated for a new setting, say), or a KV peer restarted: it
         # still talks to the old process (an engine whose server went away hangs on every
         # request; an lmcache-pd sender never hears from a restarted decoder). Restarted.
-        services = context.hosts[host].project.host_services
+        services = context.hosts[host].services
         peers = topology_of(context.plan).stale_after(context.plan)
         stale = outlived_dependencies(runtime.ps(), services, names, peers, since=since)
         if stale:

@@ -1,0 +1,28 @@
+"""Runtimes as units, for the spec, the planner and render: one module each behind
+``RuntimeKind`` (base.py), looked up by kind here. How `up` drives each is its driver's, one
+module each under generator/workflow/runtimes/. Adding a runtime means its kind module here,
+its driver there, and their two registrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+
+from generator.errors import SpecIssue
+from generator.runtimes.kinds import compose, process
+from generator.runtimes.kinds.base import RuntimeKind
+from generator.spec import Runtime, Spec
+
+__all__ = ["RUNTIME_KINDS", "RuntimeKind", "runtime_issues", "runtime_kind"]
+
+RUNTIME_KINDS: Mapping[Runtime, RuntimeKind] = MappingProxyType(
+    {unit.kind: unit for unit in (compose.UNIT, process.UNIT)}
+)
+
+
+def runtime_kind(kind: Runtime) -> RuntimeKind:
+    return RUNTIME_KINDS[kind]
+
+
+def runtime_issues(spec: Spec) -> Iterator[SpecIssue]:
+    yield from runtime_kind(spec.runtime).check_spec(spec)

@@ -1,0 +1,30 @@
+"""What the spec, the planner and render need to know of a runtime: the ``RuntimeKind``
+protocol. How `up`, `status`, `logs` and `down` drive one is its driver's
+(generator/workflow/runtimes/)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from generator.errors import SpecIssue
+from generator.spec import Runtime, Spec
+
+__all__ = ["RuntimeKind"]
+
+
+class RuntimeKind(Protocol):
+    kind: Runtime
+    # Services run in containers from images built here (Docker): doctor checks the engine,
+    # its GPU access modes and what it may grant; render's images are used.
+    containers: bool
+    # Every service is on its host's own network (no bridge to give them names): services
+    # reach each other by host address, and the planner plans host networking.
+    host_network: bool
+    # Render writes each host's process plan (processes.yaml): what the runtime starts, as
+    # commands, environments and paths instead of containers.
+    process_plans: bool
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        """The spec's settings this runtime cannot honour, or honours only with others."""
+        ...

@@ -1,0 +1,58 @@
+"""Runtimes as units for the workflow: one driver module each behind ``RuntimeDriver``
+(base.py), looked up by kind here; what `up` runs, and what `status`, `logs` and `down` act on
+from another shell. What the spec, planner and render need of a runtime is its kind's
+(generator/runtimes/kinds/)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from generator.errors import XpydError
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.render import RenderedStack
+from generator.runtimes import ServiceRuntime
+from generator.spec import Runtime
+from generator.workflow.hosts import HostStack
+from generator.workflow.runtimes import compose, process
+from generator.workflow.runtimes.base import RuntimeDriver
+
+__all__ = ["RUNTIME_DRIVERS", "RuntimeDriver", "host_stacks", "rendered_stacks", "runtime_driver"]
+
+RUNTIME_DRIVERS: Mapping[Runtime, RuntimeDriver] = MappingProxyType(
+    {driver.kind: driver for driver in (compose.DRIVER, process.DRIVER)}
+)
+
+
+def runtime_driver(kind: Runtime) -> RuntimeDriver:
+    return RUNTIME_DRIVERS[kind]
+
+
+def host_stacks(plan: Plan, rendered: RenderedStack, workspace: Workspace) -> dict[str, HostStack]:
+    """Every host that runs something, in the plan's order, as its runtime drives it."""
+    return runtime_driver(plan.runtime).host_stacks(plan, rendered, workspace)
+
+
+def rendered_stacks(
+    stack: str, *, service: str | None = None, host: str | None = None
+) -> list[tuple[str, ServiceRuntime]]:
+    """(host, what runs that host's services) of a rendered stack: what `down`, `status` and
+    `logs` act on (stacks rendered with --set overrides too), each as the runtime it was
+    rendered for reads it back."""
+    from generator.paths import find_workspace
+    from generator.workbench import rendered_projects
+
+    workspace = find_workspace()
+    found: list[tuple[str, ServiceRuntime]] = []
+    for rendered in rendered_projects(stack):
+        if host is not None and rendered.host != host:
+            continue
+        if service is not None and service not in rendered.services:
+            continue
+        driver = runtime_driver(rendered.runtime)
+        found.append((rendered.host, driver.rendered_runtime(rendered, workspace)))
+    if not found:
+        what = f"service {service!r}" if service else f"host {host!r}"
+        raise XpydError(f"{stack} has no {what}", hint=f"python -m generator status {stack}")
+    return found
