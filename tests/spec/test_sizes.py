@@ -55,7 +55,10 @@ def test_the_largest_sizes_allowed_pass_validation() -> None:
     groups = {"count": MAX_ENGINES_PER_HOST // 2, "gpu_memory_utilization": 0.4}
     spec = parse_spec(
         spec_dict(
-            hosts=hosts, prefill=groups, decode=groups, gpu={"share": True},
+            hosts=hosts,
+            prefill=groups,
+            decode=groups,
+            gpu={"share": True},
             nixl={"transfer": "push"},  # a shared GPU needs push
         ),
         source="t",
