@@ -20,7 +20,14 @@ from generator.proxy.failover import lost_backend, lost_error, waiting_on
 from generator.proxy.lmcache_pd import StreamConverter, merge_json
 from generator.proxy.replies import read_answer, read_json
 from generator.proxy.routing import Backend
-from generator.proxy.sse import SSE_TYPE, BrokeOff, NotAnObject, relay_json, relay_stream
+from generator.proxy.sse import (
+    SSE_TYPE,
+    BrokeOff,
+    NotAnEvent,
+    NotAnObject,
+    relay_json,
+    relay_stream,
+)
 
 __all__ = ["decode", "drain_kv"]
 
@@ -123,6 +130,9 @@ async def _post_decode(
         raise ProxyError(504, "decode_timeout", f"{decoder.name} did not finish in time") from exc
     except (aiohttp.ClientPayloadError, BrokeOff) as exc:
         raise ProxyError(502, "decode_failed", f"{decoder.name} broke its answer") from exc
+    except NotAnEvent as exc:  # as a stream's later events would be: the same stage
+        ctx.metrics.of(ctx.metrics.errors, "decode_stream", decoder.name).inc()
+        raise ProxyError(502, "decode_failed", f"{decoder.name} {exc}") from exc
 
 
 async def _relay(

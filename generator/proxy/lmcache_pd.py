@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from generator.proxy import fastjson
+from generator.proxy.events import EventBuffer, completion_event
 from generator.proxy.validation import RequestFacts
 
 __all__ = [
@@ -52,7 +53,6 @@ _CHAT_ONLY = (
     "reasoning_effort",
     "include_reasoning",
 )
-_MAX_EVENT_BYTES = 4 * 2**20  # a token's event is ~200 bytes: more is a broken decoder
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM 0.32's CompletionRequest.max_tokens default
 # Left out of the decoder's serialized base (protocols.decode_base): decoder_fields sets them.
 DECODER_DROPS = frozenset({*_CHAT_ONLY, "prompt", "max_tokens", "min_tokens", "stream"})
@@ -185,7 +185,7 @@ class StreamConverter:
     def __init__(self, first: FirstToken, *, chat: bool, request_id: str) -> None:
         self.first, self.chat = first, chat
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
-        self._buffer = b""
+        self._events = EventBuffer()
 
     def opening(self) -> bytes:
         delta: dict[str, Any] = {"role": "assistant", "content": self.first.text}
@@ -193,29 +193,22 @@ class StreamConverter:
 
     def feed(self, data: bytes) -> bytes:
         """Converted events; ValueError if the decoder sent something that is not a completion
-        event (the caller ends the stream with an error event)."""
-        self._buffer += data
-        out = []
-        while b"\n\n" in self._buffer:
-            raw, self._buffer = self._buffer.split(b"\n\n", 1)
-            try:
-                out.append(self._convert(raw))
-            except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-                raise ValueError("the decoder sent an event that is not a completion") from exc
-        if len(self._buffer) > _MAX_EVENT_BYTES:
-            raise ValueError(f"the decoder sent over {_MAX_EVENT_BYTES} bytes without an event end")
-        return b"".join(out)
+        event (events.py; the caller ends the stream with an error event)."""
+        try:
+            return b"".join(self._convert(raw) for raw in self._events.cut(data))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError("the decoder sent an event that is not a completion") from exc
+
+    def end(self) -> None:
+        self._events.end()
 
     def closing(self) -> bytes:
         return b"data: [DONE]\n\n"
 
     def _convert(self, raw: bytes) -> bytes:
-        if not raw.startswith(b"data: "):
-            return raw + b"\n\n"
-        payload = raw[6:].strip()
-        if payload == b"[DONE]":
-            return b""  # closing() sends it after the last event
-        event = fastjson.loads(payload)
+        event = completion_event(raw)
+        if event is None:
+            return b""  # closing() sends [DONE] after the last event
         if "error" in event:
             return raw + b"\n\n"
         if event.get("usage") and not event.get("choices"):

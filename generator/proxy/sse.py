@@ -1,7 +1,8 @@
-"""Answers relayed to the client as they arrive: a decoder's server-sent events, with a final
-error event when the decoder breaks mid-stream (the seed proxy ended such streams silently);
-and a non-streamed JSON answer the proxy adds nothing to (nixl-mp), so that its size never
-becomes the proxy's memory.
+"""Answers relayed to the client as they arrive: a decoder's server-sent events, each checked
+(events.py) on every path, with a final error event when the decoder breaks mid-stream or sends
+an event that is not a completion (the seed proxy ended such streams silently, and relayed any
+bytes); and a non-streamed JSON answer the proxy adds nothing to (nixl-mp), so that its size
+never becomes the proxy's memory.
 
 A stream that moves nothing for ``idle_s`` ends: a decoder that stopped sending, or a client
 that stopped reading (its socket buffer full, every write waits). Either way the decoder
@@ -17,11 +18,20 @@ import aiohttp
 from aiohttp import web
 
 from generator.proxy import fastjson
+from generator.proxy.events import EventChecker, EventRelay
 from generator.proxy.failover import lost_backend
 from generator.proxy.lmcache_pd import StreamConverter
 from generator.proxy.metrics import ProxyMetrics
 
-__all__ = ["SSE_TYPE", "BrokeOff", "NotAnObject", "relay_json", "relay_stream", "send_events"]
+__all__ = [
+    "SSE_TYPE",
+    "BrokeOff",
+    "NotAnEvent",
+    "NotAnObject",
+    "relay_json",
+    "relay_stream",
+    "send_events",
+]
 
 SSE_TYPE = "text/event-stream"
 _JSON_TYPE = "application/json"
@@ -61,10 +71,12 @@ async def relay_stream(
     the reply's own read deadline (aiohttp's sock_read); a client that stops reading trips
     ``idle_s`` on a write, and its connection is dropped.
 
-    A plain stream starts once the decoder sent its first bytes: a decoder that fails before
-    them raises BrokeOff and the client has nothing yet (the request may go elsewhere). A
-    converted one (lmcache-pd) starts at once with the prefiller's first token."""
-    first = b"" if converter is not None else await _first_bytes(reply)
+    A plain stream starts once the decoder sent its first whole event, checked: a decoder that
+    fails before it raises BrokeOff (NotAnEvent: the event is not a completion) and the client
+    has nothing yet (the request may go elsewhere). A converted one (lmcache-pd) starts at once
+    with the prefiller's first token."""
+    events: EventRelay = converter if converter is not None else EventChecker()
+    first = b"" if converter is not None else await _first_events(reply, events)
     out = web.StreamResponse(status=200, headers=headers | _SSE_HEADERS)
     on_start()
     try:
@@ -72,7 +84,7 @@ async def relay_stream(
             await out.prepare(request)
             opening = converter.opening() if converter is not None else first
             await _write(request, out, opening, idle_s)
-            failure = await _copy(request, reply, out, converter, idle_s)
+            failure = await _copy(request, reply, out, events, idle_s)
         except asyncio.CancelledError as exc:
             if lost_backend(exc) is None:
                 raise
@@ -94,17 +106,29 @@ async def relay_stream(
 
 
 class BrokeOff(Exception):
-    """The decoder's answer ended or broke before its first byte."""
+    """The decoder's answer ended or broke before its first event."""
 
 
-async def _first_bytes(reply: aiohttp.ClientResponse) -> bytes:
-    try:
-        chunk = await reply.content.readany()
-    except aiohttp.ClientPayloadError as exc:
-        raise BrokeOff("broke its answer before the first byte") from exc
-    if not chunk:
-        raise BrokeOff("ended its answer before the first byte")
-    return chunk
+class NotAnEvent(Exception):
+    """The decoder's first event is not a completion event (events.py)."""
+
+
+async def _first_events(reply: aiohttp.ClientResponse, events: EventRelay) -> bytes:
+    """The stream's first whole events, checked. Bounded: ``events`` holds at most 4 MiB of
+    an unfinished event, and the reply's read deadlines stop a decoder that sends nothing."""
+    while True:
+        try:
+            chunk = await reply.content.readany()
+        except aiohttp.ClientPayloadError as exc:
+            raise BrokeOff("broke its answer before its first event") from exc
+        if not chunk:
+            raise BrokeOff("ended its answer before its first event")
+        try:
+            opening = events.feed(chunk)
+        except ValueError as exc:
+            raise NotAnEvent("sent an event that is not a completion") from exc
+        if opening:
+            return opening
 
 
 class NotAnObject(Exception):
@@ -193,25 +217,28 @@ async def _copy(
     request: web.Request,
     reply: aiohttp.ClientResponse,
     out: web.StreamResponse,
-    converter: StreamConverter | None,
+    events: EventRelay | None,
     idle_s: float,
 ) -> str | None:
-    """Copies the stream; the stage that failed ("decode_stream", "stream_idle"), or None."""
+    """Copies the answer (a stream through ``events``, which checks or converts it); the stage
+    that failed ("decode_stream", "stream_idle"), or None."""
     transport = request.transport
     try:
         async for chunk in reply.content.iter_any():
-            data = converter.feed(chunk) if converter is not None else chunk
+            data = events.feed(chunk) if events is not None else chunk
             if transport is None or transport.get_write_buffer_size() or len(data) >= _SMALL_WRITE:
                 await _write(request, out, data, idle_s)  # may wait for the client: a deadline
             else:
                 await out.write(data)  # the hot path: one call per chunk, no timer
+        if events is not None:
+            events.end()  # a stream that ends inside an event broke off
     except ConnectionResetError:
         raise  # the client's side (aiohttp's own ClientConnectionResetError is both)
     except TimeoutError:  # the reply's sock_read deadline: the decoder went quiet
         return "stream_idle"
     except aiohttp.ClientError:  # the decoder's side: cut, broken chunking, reset
         return "decode_stream"
-    except ValueError:  # the converter met something that is not a completion event
+    except ValueError:  # an event that is not a completion (events.py), or ended halfway
         return "decode_stream"
     except asyncio.CancelledError as exc:
         if lost_backend(exc) is None:

@@ -25,7 +25,10 @@ from aiohttp.test_utils import TestServer
 #   html          200 with an HTML page (a gateway or a wrong port)
 #   html_500      500 with an HTML page that names its own address
 #   json_400      vLLM's 400 error body, its message naming its own URL
-#   garbage_sse   200 event stream whose events are not JSON
+#   garbage_sse   200 event stream whose first event's data is not JSON
+#   garbage_late  200 event stream: one completion event, then one whose data is not JSON
+#   html_sse      200 event stream whose first event is an HTML page (no data field at all)
+#   cut_sse       200 event stream that ends inside its first event (no blank line, no [DONE])
 #   reset         resets the connection (RST) before answering (a backend killed mid-request)
 #   crawl         streams 10 events 0.2 s apart, its token counter moving with each (slow, alive)
 Misbehaviour = Literal[
@@ -36,6 +39,9 @@ Misbehaviour = Literal[
     "html_500",
     "json_400",
     "garbage_sse",
+    "garbage_late",
+    "html_sse",
+    "cut_sse",
     "json_list",
     "json_cut",
     "reset",
@@ -154,8 +160,16 @@ class FakeBackend:
             assert request.transport is not None
             request.transport.close()
             return cut
+        return await self._misbehaving_stream(request, how)
+
+    async def _misbehaving_stream(
+        self, request: web.Request, how: Misbehaviour
+    ) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
+        if how == "cut_sse":  # the answer ends properly (chunked), its event does not
+            await out.write(b'data: {"choices": [{"text": "0"')
+            return out
         await self._misbehave_in_stream(out, how)
         await out.write(b"data: [DONE]\n\n")
         return out
@@ -163,6 +177,12 @@ class FakeBackend:
     async def _misbehave_in_stream(self, out: web.StreamResponse, how: Misbehaviour) -> None:
         if how == "garbage_sse":
             await out.write(b"data: <html>not json</html>\n\n")
+        elif how == "garbage_late":
+            await out.write(b'data: {"choices": [{"text": "0"}]}\n\n')
+            await asyncio.sleep(0.1)  # read apart: the client's stream has begun by then
+            await out.write(b"data: <html>not json</html>\n\n")
+        elif how == "html_sse":
+            await out.write(f"<html><body>bad gateway at {self.url}</body></html>\n\n".encode())
         elif how == "crawl":
             for index in range(10):
                 await asyncio.sleep(0.2)

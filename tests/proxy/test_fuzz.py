@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from generator.proxy.app import Proxy
@@ -103,6 +103,12 @@ ROUTES = st.sampled_from(
 MISBEHAVIOURS: st.SearchStrategy[Misbehaviour | None] = st.sampled_from(
     [None, None, None, "html", "html_500", "json_400", "garbage_sse", "json_list"]
 )
+# The requests whose answer is a decoder's stream, relayed: every path relays it checked.
+STREAMED = REQUESTS.map(lambda body: json.dumps(body | {"stream": True}).encode())
+GENERATE = st.sampled_from([("POST", "/v1/completions"), ("POST", "/v1/chat/completions")])
+BAD_STREAMS: st.SearchStrategy[Misbehaviour | None] = st.sampled_from(
+    [None, "garbage_sse", "garbage_late", "html_sse", "cut_sse"]
+)
 
 
 # ---- the proxies under test --------------------------------------------------------------------
@@ -169,18 +175,44 @@ async def _send(
         return reply.status, reply.content_type, await reply.read()
 
 
-# ---- the property ----------------------------------------------------------------------------
+# ---- the properties --------------------------------------------------------------------------
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+def _check_answer(status: int, kind: str, raw: bytes, addresses: list[str]) -> list[object]:
+    """An OpenAI error, or a 200 JSON answer or stream of JSON events; none names an address.
+    The stream's events, parsed ([DONE] as a string)."""
+    assert status != 500, raw
+    if status >= 400:
+        assert_openai_error(status, raw, status, *addresses)
+        return []
+    assert status == 200
+    assert kind in ("application/json", "text/event-stream")
+    assert not [address for address in addresses if address in raw.decode()]
+    if kind != "text/event-stream":
+        json.loads(raw)
+        return []
+    payloads = [event.removeprefix(b"data: ") for event in raw.split(b"\n\n") if event]
+    return [p.decode() if p == b"[DONE]" else json.loads(p) for p in payloads]
+
+
+RIG_SLOW = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]  # one rig, real sockets
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=RIG_SLOW)
 @given(
     protocol=st.sampled_from(["nixl", "lmcache-pd"]),
     request=st.tuples(ROUTES, BODIES, HEADERS),
     misbehave=MISBEHAVIOURS,
+)
+@example(  # found once: nixl relayed a decoder's stream unchecked, whatever the body
+    protocol="nixl",
+    request=(
+        ("POST", "/v1/completions"),
+        b'{"prompt": "", "max_completion_tokens": 0, "stream": true, "model": null, '
+        b'"messages": []}',
+        {},
+    ),
+    misbehave="garbage_sse",
 )
 def test_no_request_gets_a_500_an_address_or_a_hang(
     rig: Rig,
@@ -191,17 +223,32 @@ def test_no_request_gets_a_500_an_address_or_a_hang(
     proxy, server, prefiller, decoder = rig.servers[protocol]
     decoder.misbehave = misbehave
     status, kind, raw = rig.run(asyncio.wait_for(_send(server, *request), 15))
-    addresses = backend_addresses(prefiller, decoder)
-    assert status != 500, raw
-    if status >= 400:
-        assert_openai_error(status, raw, status, *addresses)
-    else:
-        assert status == 200
-        assert kind in ("application/json", "text/event-stream")
-        for event in raw.split(b"\n\n") if kind == "text/event-stream" else [raw]:
-            payload = event.removeprefix(b"data: ")
-            if payload and payload != b"[DONE]":
-                json.loads(payload)
-        assert not [address for address in addresses if address in raw.decode()]
+    _check_answer(status, kind, raw, backend_addresses(prefiller, decoder))
+    rig.run(eventually(lambda: nothing_held(proxy)))
+    assert rig.errors == [], [record.getMessage() for record in rig.errors]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=RIG_SLOW)
+@given(
+    protocol=st.sampled_from(["nixl", "lmcache-pd"]),
+    route=GENERATE,
+    body=STREAMED,
+    misbehave=BAD_STREAMS,
+)
+def test_a_stream_relays_json_events_or_ends_with_an_error_whatever_the_request(
+    rig: Rig, protocol: str, route: tuple[str, str], body: bytes, misbehave: Misbehaviour | None
+) -> None:
+    """The requests the property above rarely draws (a valid body that asks for a stream, a
+    decoder whose stream goes wrong): whatever their other fields, every event relayed is JSON,
+    and a bad stream that began ends with an error event and [DONE]."""
+    proxy, server, prefiller, decoder = rig.servers[protocol]
+    decoder.misbehave = misbehave
+    status, kind, raw = rig.run(asyncio.wait_for(_send(server, route, body, {}), 15))
+    events = _check_answer(status, kind, raw, backend_addresses(prefiller, decoder))
+    if status == 200 and misbehave is not None:
+        *_, error, done = events
+        assert isinstance(error, dict)
+        assert error["error"]["type"] == "decode_failed"
+        assert done == "[DONE]"
     rig.run(eventually(lambda: nothing_held(proxy)))
     assert rig.errors == [], [record.getMessage() for record in rig.errors]
