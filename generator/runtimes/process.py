@@ -20,9 +20,7 @@ the service's Python at most every ``HEALTH_EVERY_S``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -46,11 +44,10 @@ from generator.runtimes.groups import (
     create_time,
     group_of,
     listening,
-    spawn,
-    spawn_service,
     stop_group,
 )
-from generator.runtimes.isolation import ContainerView, PidNamespace, view_command
+from generator.runtimes.launchers import LOCAL, Launcher
+from generator.runtimes.process_commands import Pythons, ServiceCommands
 from generator.runtimes.process_state import (
     MARKER_ENV,
     STATE_FILE,
@@ -62,17 +59,15 @@ from generator.runtimes.process_state import (
     write_state,
 )
 from generator.serializers.process import (
-    SECRETS_DIR,
     ProcessProject,
     ProcessService,
     map_path,
 )
 from generator.serializers.process_file import load_process_project
-from generator.services.model import Secret
 from generator.spec import Isolation
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
-from generator.supervise import PID_FILE_ENV, last_said, watch_options
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
+from generator.supervise import last_said
 
 __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
 
@@ -104,18 +99,6 @@ _SMALL_FILE_BYTES = 4096  # exit status, restart count
 _SERVICE_FILES = (".pid", ".exit", ".restarts")
 
 
-@dataclass(frozen=True)
-class Pythons:
-    """The interpreters the services run with: engines, LMCache servers and the benchmark
-    (the stack's engine lock), and the router (images/locks/router.txt)."""
-
-    engine: Path
-    router: Path
-
-    def of(self, service: ProcessService) -> Path:
-        return self.router if service.interpreter == "router" else self.engine
-
-
 class ProcessStack:
     """One host's services as processes (meets ``ServiceRuntime``)."""
 
@@ -126,12 +109,17 @@ class ProcessStack:
         pythons: Pythons,
         *,
         isolation: Isolation = Isolation.PLAIN,
+        launcher: Launcher = LOCAL,
     ) -> None:
         self._plan = project
         self.root = root
         self.pythons = pythons
         self.isolation = isolation
+        self.launcher = launcher
         self.state_dir = root / project.state
+        self.commands = ServiceCommands(
+            project, root, pythons, isolation, self.state_dir, pins_cores=launcher.pins_cores
+        )
         self._health: dict[str, tuple[float, bool, int]] = {}  # when, healthy, at restarts
 
     @property
@@ -166,7 +154,7 @@ class ProcessStack:
             service = self._plan.service(name)
             entry = state.services.get(name)
             if entry is not None and alive(entry):
-                if entry.definition == self._definition(service):
+                if entry.definition == self.commands.definition(service):
                     continue
                 stop_group(entry, grace_s=_grace_s(self._plan, name))
                 self._health.pop(name, None)
@@ -188,102 +176,24 @@ class ProcessStack:
         for suffix in _SERVICE_FILES:  # a link planted there goes, unfollowed
             remove_file(self.root, self._file(service.name, suffix))
         marker = new_marker()
-        env = self._environment(service) | {
+        env = self.commands.environment(service) | {
             "XPYD_EXIT_FILE": str(self._file(service.name, ".exit")),
             "XPYD_RESTARTS_FILE": str(self._file(service.name, ".restarts")),
             MARKER_ENV: marker,
         }
         argv = ["/bin/sh", "-c", _KEEP_STATUS, "xpyd-service"]
-        argv += self._argv(service, service.command)
+        argv += self.commands.argv(service, service.command)
         log = append_descriptor(self.root, self.logs_dir / f"{service.name}.log")
         try:
-            pid = spawn_service(argv, env, self.root, log)
+            pid = self.launcher.start(argv, env, self.root, log)
         finally:
             os.close(log)
         started = create_time(pid)  # our child: it stays (a zombie at worst) until reaped
         if started is None:
             raise StackError(f"{service.name} vanished as it started (pid {pid})")
         return ServiceEntry(
-            pid=pid, started=started, marker=marker, definition=self._definition(service)
+            pid=pid, started=started, marker=marker, definition=self.commands.definition(service)
         )
-
-    def _definition(self, service: ProcessService) -> str:
-        """A digest of what the service runs: its plan entry and the files it is given (its
-        configs; secrets left out, their values are not ours to keep, even hashed)."""
-        digest = hashlib.sha256(repr(service).encode())
-        for target, source in sorted(service.paths.items()):
-            path = self.root / source if source is not None else None
-            if path is None or target.startswith(SECRETS_DIR) or not path.is_file():
-                continue
-            found = path.stat()  # a large bound file (a model) by its size and time
-            small = found.st_size <= _DIGESTED_FILE_MAX_BYTES
-            digest.update(
-                path.read_bytes() if small else f"{found.st_size} {found.st_mtime_ns}".encode()
-            )
-        return digest.hexdigest()[:16]
-
-    def _argv(self, service: ProcessService, command: Sequence[str]) -> list[str]:
-        argv = [*self._executable(service, command[0]), *command[1:]]
-        if service.cpus:
-            argv = ["taskset", "-c", ",".join(map(str, service.cpus)), *argv]
-        if self.isolation is Isolation.CONTAINER and service.gpus:
-            pid = PidNamespace.HOST if service.host_pid else PidNamespace.PRIVATE
-            argv = view_command(ContainerView(gpus=service.gpus, pid=pid), argv)
-        if service.max_restarts:
-            # No runtime policy restarts a process: its supervisor does, and says so in its log.
-            supervisor = [*self._executable(service, "python3"), SUPERVISOR]
-            watch = watch_options(service.registered_at, service.restarts_with)
-            policy = ["--restarts", str(service.max_restarts), *watch]
-            argv = [*supervisor, *policy, service.name, "--", *argv]
-        return argv
-
-    def _executable(self, service: ProcessService, name: str) -> list[str]:
-        """``python3`` is the service's Python; other tools (lmcache, vllm, vllm-router) are
-        the ones installed beside it, as in the image's venv."""
-        python = self.pythons.of(service)
-        if name in ("python", "python3"):
-            return [str(python)]
-        beside = python.parent / name
-        if beside.is_file():
-            return [str(beside)]
-        found = shutil.which(name)
-        if found is None:
-            raise StackError(
-                f"{service.name} runs {name}, found neither beside {python} nor on PATH",
-                hint="install the stack's lock into that Python (python -m generator env)",
-            )
-        return [found]
-
-    def _environment(self, service: ProcessService) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
-        env["PATH"] = f"{self.pythons.of(service).parent}{os.pathsep}{env.get('PATH', '')}"
-        env |= service.env
-        if service.interpreter == "router":
-            env["PYTHONPATH"] = str(self.root)  # the router image's /opt/xpyd/generator
-        env |= self._secret_env(service) | _passed_env(service)
-        # Its supervisor keeps the command's PID record here, where `bench --fault` reads it.
-        env[PID_FILE_ENV] = str(self._file(service.name, ".pid"))
-        if self.isolation is Isolation.PLAIN and service.gpus and "CUDA_VISIBLE_DEVICES" in env:
-            env["CUDA_VISIBLE_DEVICES"] = _host_gpu_ids(env["CUDA_VISIBLE_DEVICES"], service.gpus)
-        return env
-
-    def _secret_env(self, service: ProcessService) -> dict[str, str]:
-        """A secret from an environment variable is passed on from the caller's environment at
-        start (compose reads it the same way); a file secret is its path (in the path table)."""
-        secrets: dict[str, Secret] = {s.name: s for s in self._plan.secrets}
-        env = {}
-        for name in service.secrets:
-            secret = secrets[name]
-            if secret.source != "env":
-                continue
-            if secret.value not in os.environ:
-                raise StackError(
-                    f"{service.name} needs the secret {name} from ${secret.value}, "
-                    "which is not set",
-                    hint=f"export {secret.value}=... in the shell that runs up",
-                )
-            env["HF_TOKEN"] = os.environ[secret.value]
-        return env
 
     # --- watching -----------------------------------------------------------------------
 
@@ -361,12 +271,11 @@ class ProcessStack:
         return "starting"  # the waits bound how long "starting" may last
 
     def _check_health(self, service: ProcessService) -> bool:
-        argv = [*self._executable(service, service.health[0]), *service.health[1:]]
+        argv = [*self.commands.executable(service, service.health[0]), *service.health[1:]]
         try:
-            done = subprocess.run(
-                argv, env=self._environment(service), cwd=self.root, capture_output=True,
-                timeout=_HEALTH_TIMEOUT_S, check=False,
-            )  # fmt: skip
+            done = self.launcher.run(
+                argv, self.commands.environment(service), self.root, timeout_s=_HEALTH_TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             return False
         return done.returncode == 0
@@ -422,11 +331,10 @@ class ProcessStack:
         definition = self._plan.service(service)
         paths = definition.paths | _RUNTIME_PATHS
         mapped = [map_path(part, paths, what="the command") for part in command]
-        argv = [*self._executable(definition, mapped[0]), *mapped[1:]]
-        done = subprocess.run(
-            argv, env=self._environment(definition), cwd=self.root, capture_output=True,
-            text=True, timeout=_EXECUTE_TIMEOUT_S, check=False,
-        )  # fmt: skip
+        argv = [*self.commands.executable(definition, mapped[0]), *mapped[1:]]
+        done = self.launcher.run(
+            argv, self.commands.environment(definition), self.root, timeout_s=_EXECUTE_TIMEOUT_S
+        )
         if done.returncode != 0:
             raise StackError(
                 f"a command for {service} failed (code {done.returncode}): {done.stderr[-500:]}"
@@ -452,12 +360,15 @@ class ProcessStack:
         for path in (out, err):
             remove_file(self.root, path)
         marker = new_marker()
-        argv = ["/bin/sh", "-c", _ONEOFF_LEADER, "xpyd-oneoff", *self._argv(definition, mapped)]
-        environment = self._environment(definition) | env | {MARKER_ENV: marker}
+        argv = ["/bin/sh", "-c", _ONEOFF_LEADER, "xpyd-oneoff"]
+        argv += self.commands.argv(definition, mapped)
+        environment = self.commands.environment(definition) | env | {MARKER_ENV: marker}
         stdout = append_descriptor(self.root, out)
         stderr = append_descriptor(self.root, err)
         try:
-            process = spawn(argv, environment, self.root, stdout=stdout, stderr=stderr)
+            process = self.launcher.spawn(
+                argv, environment, self.root, stdout=stdout, stderr=stderr
+            )
         finally:
             os.close(stdout)
             os.close(stderr)
@@ -536,20 +447,3 @@ def _grace_s(plan: ProcessProject, name: str) -> float:
     with contextlib.suppress(StopIteration):
         return min(float(plan.service(name).stop_grace_s), _MAX_GRACE_S)
     return 5.0  # a one-off, or a service of an edited plan
-
-
-def _host_gpu_ids(positions: str, visible: tuple[int, ...]) -> str:
-    """CUDA_VISIBLE_DEVICES counts among the GPUs a container sees; a plain process sees
-    them all, so the positions become host ids (PCI bus order, CUDA_DEVICE_ORDER)."""
-    return ",".join(str(visible[int(position)]) for position in positions.split(",") if position)
-
-
-def _passed_env(service: ProcessService) -> dict[str, str]:
-    """``<role>.secret_env``: from the caller's environment, as compose's ``${NAME:?}``."""
-    missing = [name for name in service.passed_env if name not in os.environ]
-    if missing:
-        raise StackError(
-            f"{service.name} takes {', '.join(missing)} from the environment, which is not set",
-            hint=f"export {'=... '.join(missing)}=... in the shell that runs up",
-        )
-    return {name: os.environ[name] for name in service.passed_env}

@@ -1,0 +1,60 @@
+"""Where the process runtime's commands run: the ``Launcher`` seam. Locally (``LOCAL``), a
+service is a session of its own on this machine and a check is a child process here; another
+launcher (a Slurm job step on a node) wraps the same commands to run them elsewhere, while
+the process the runtime keeps track of stays a local one it started (the step's client)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+from generator.runtimes.groups import spawn, spawn_service
+
+__all__ = ["LOCAL", "Launcher", "LocalLauncher"]
+
+
+class Launcher(Protocol):
+    # Cores are pinned with taskset from the plan's own ids (False: the launcher binds).
+    pins_cores: bool
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: Path, log: int) -> int:
+        """A service that outlives its caller, output appended to ``log``: the PID of the local
+        process that lives exactly as long as it (and leads its own session)."""
+        ...
+
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float
+    ) -> subprocess.CompletedProcess[str]:
+        """A short command where the services run (a health check, a signal): its output.
+        subprocess.TimeoutExpired past ``timeout_s``."""
+        ...
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: int, stderr: int
+    ) -> subprocess.Popen[bytes]:
+        """A one-off run the caller waits for (the benchmark), in a session of its own."""
+        ...
+
+
+class LocalLauncher:
+    pins_cores = True
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: Path, log: int) -> int:
+        return spawn_service(argv, env, cwd, log)
+
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+            check=False,
+        )  # fmt: skip
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: int, stderr: int
+    ) -> subprocess.Popen[bytes]:
+        return spawn(argv, env, cwd, stdout=stdout, stderr=stderr)
+
+
+LOCAL: Launcher = LocalLauncher()
