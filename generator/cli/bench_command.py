@@ -15,7 +15,6 @@ import typer
 from generator.cli.bench_options import MAX_SEED, parse_goodput
 from generator.cli.fault_command import (
     DRILL_OPTIONS,
-    FAULT_HELP,
     FAULT_PANEL,
     DrillOptions,
     FaultConcurrencyOpt,
@@ -59,7 +58,14 @@ if TYPE_CHECKING:
     from generator.paths import Workspace
     from generator.services.bench import BenchSettings, Preset
 
-__all__ = ["Arms", "BenchOptions", "parse_arms", "refuse_other_mode_options", "register", "run_bench"]
+__all__ = [
+    "Arms",
+    "BenchOptions",
+    "parse_arms",
+    "refuse_other_mode_options",
+    "register",
+    "run_bench",
+]
 
 # What only the benchmark reads: a drill sends a load of its own instead.
 _BENCHMARK_ONLY = ("preset", *LOAD_OPTIONS, "seed", "goodput", "point_timeout_s", "idle_window_s")
@@ -84,7 +90,13 @@ BaselineOpt = Annotated[
 ]
 SeedOpt = Annotated[
     int | None,
-    typer.Option(min=0, max=MAX_SEED, rich_help_panel=LOAD_PANEL, show_default=False),
+    typer.Option(
+        min=0,
+        max=MAX_SEED,
+        help="The benchmark's random seed (vLLM's; the presets': 0).",
+        rich_help_panel=LOAD_PANEL,
+        show_default=False,
+    ),
 ]
 GoodputOpt = Annotated[
     str | None,
@@ -131,7 +143,8 @@ IdleWindowOpt = Annotated[
 FaultOpt = Annotated[
     str | None,
     typer.Option(
-        help=f"Run the fault drill instead, as `drill` does: {FAULT_HELP}",
+        help="Run `drill` instead, with this fault (ACTION:SERVICE@T[+D], e.g. "
+        "kill:decode-0@15: see `drill --help`); the benchmark's options are refused with it.",
         rich_help_panel=FAULT_PANEL,
         show_default=False,
     ),
