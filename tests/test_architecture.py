@@ -1,6 +1,7 @@
 """The package's structure, read from its own imports (every ``import``, function-level and
 ``TYPE_CHECKING`` ones included): no cycle, lower layers never import upper ones, and only the
-units (topologies, routers) name a topology or router of their own."""
+units (topologies, routers, benchmark datasets) name a topology, router or dataset of their
+own."""
 
 from __future__ import annotations
 
@@ -33,7 +34,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("spec", ("generator.spec",)),
     ("plan data", ("generator.plan",)),  # models, parts, ports, files: what units return
-    ("units", ("generator.topologies", "generator.routers", "generator.runtimes.kinds")),
+    (
+        "units",
+        (
+            "generator.topologies",
+            "generator.routers",
+            "generator.datasets",
+            "generator.runtimes.kinds",
+        ),
+    ),
     ("planner", ("generator.planner", "generator.stack")),  # above the units they consult
     ("observe", ("generator.observe",)),  # what observe's services read, from the plan
     ("services", ("generator.services",)),
@@ -46,6 +55,7 @@ _CHECKED_UP_TO = "serializers"  # layers whose imports the direction test holds
 UNIT_PACKAGES = (
     "generator.topologies",
     "generator.routers",
+    "generator.datasets",
     "generator.runtimes.kinds",
     "generator.workflow.runtimes",
 )
@@ -206,14 +216,20 @@ def test_lower_layers_never_import_upper_ones() -> None:
 
 def _unit_names() -> tuple[set[str], set[str]]:
     """The unit modules (generator.topologies.nixl_mp, ...) and their own plan parts."""
-    shared = ("topologies", "routers", "kinds", "runtimes", "base", "docker_host")
+    shared = ("topologies", "routers", "datasets", "kinds", "runtimes", "base", "docker_host")
     modules = {
         module
         for module in _modules()
         if _in(module, UNIT_PACKAGES) and module.rpartition(".")[2] not in shared
     }
-    parts = set(importlib.import_module("generator.plan.parts").__all__)
-    return modules, parts - _SHARED_PARTS
+    parts = set(importlib.import_module("generator.plan.parts").__all__) - _SHARED_PARTS
+    return modules, parts | _dataset_classes()
+
+
+def _dataset_classes() -> set[str]:
+    """Each dataset's settings class: a dataset's part, as a plan part is a topology's."""
+    datasets = importlib.import_module("generator.datasets")
+    return {type(unit.defaults).__name__ for unit in datasets.DATASETS.values()}
 
 
 def _unit_mentions(
@@ -249,6 +265,8 @@ def test_the_unit_check_finds_a_unit_named_outside() -> None:
     assert {"generator.topologies.colocated", "generator.routers.vllm_router"} <= modules
     assert {"ColocatedTopology", "ProxyRouterPlan"} <= parts
     assert not {"TopologyPlan", "SidecarPlan"} & parts  # shared by every unit
+    assert {"generator.datasets.prefix_repetition", "generator.datasets.random_tokens"} <= modules
+    assert {"PrefixRepetition", "RandomTokens"} <= parts
     source = (
         "from generator.topologies import nixl_mp\n"
         "from generator.routers.proxy import UNIT\n"
@@ -306,3 +324,33 @@ def _part_mentions(tree: ast.Module, where: str, parts: set[str]) -> Iterator[st
                 for alias in node.names
                 if alias.name in parts
             )
+
+
+def _dataset_branches(tree: ast.Module, where: str, names: set[str]) -> Iterator[str]:
+    """Comparisons with a dataset's name: code that branches on which dataset it has, where
+    it should ask the dataset (a preset may still choose one by name: that is data)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                if isinstance(operand, ast.Constant) and operand.value in names:
+                    yield f"{where}:{node.lineno} compares with {operand.value!r}"
+
+
+def test_the_dataset_check_finds_a_branch_on_a_dataset() -> None:
+    source = "if settings.dataset.name == 'prefix-repetition': pass\nx = {'random': 1}\n"
+    names = {"random", "prefix-repetition"}
+    found = list(_dataset_branches(ast.parse(source), "probe", names))
+    assert found == ["probe:1 compares with 'prefix-repetition'"]
+
+
+def test_no_module_outside_the_datasets_branches_on_one() -> None:
+    """bench, the report and the CLI ask a dataset through its protocol
+    (generator/datasets/base.py): adding one is its module and its registration."""
+    names = set(importlib.import_module("generator.datasets").DATASETS)
+    found = [
+        branch
+        for module in _modules()
+        if not _in(module, ("generator.datasets",))
+        for branch in _dataset_branches(_tree(module), module, names)
+    ]
+    assert found == []

@@ -31,6 +31,14 @@ PUBLIC = {
     "generator.planner": {"make_plan"},
     "generator.topologies": {"TOPOLOGIES", "TopologyUnit", "topology_of", "topology_unit"},
     "generator.routers": {"ROUTERS", "RouterUnit", "router_of", "router_unit", "router_kind"},
+    "generator.datasets": {
+        "DATASETS",
+        "DatasetUnit",
+        "DatasetSettings",
+        "DatasetError",
+        "dataset_unit",
+        "dataset_settings",
+    },
     "generator.render": {
         "RenderedStack",
         "render_stack",
@@ -134,7 +142,7 @@ def test_public_names(module: str) -> None:
 PURE = (
     "generator.spec, generator.stack, generator.limits, generator.plan, generator.planner, "
     "generator.topologies, "
-    "generator.routers, generator.services.build, generator.services.model, "
+    "generator.routers, generator.datasets, generator.services.build, generator.services.model, "
     "generator.serializers.compose, generator.serializers.process, generator.render, "
     "generator.render.writer"
 )

@@ -10,7 +10,7 @@ from typing import Any
 
 from generator.bench.results import ArmResult, PointResult
 from generator.owned import write_text
-from generator.services.bench import BenchSettings, Dataset, Preset
+from generator.services.bench import BenchSettings, Preset
 
 __all__ = ["SEED_A", "BenchReport", "Reference", "write_report"]
 
@@ -47,6 +47,8 @@ SEED_A = Reference(
     },
 )
 
+# Each load point sets these itself (bench.json's points carry them).
+_PER_POINT = ("request_rate", "max_concurrency", "detailed")
 _ROWS = (
     ("completed", "completed requests", "{:.0f}"),
     ("failed", "failed requests", "{:.0f}"),
@@ -88,14 +90,9 @@ class BenchReport:
             "hardware": self.hardware,
             "valid": self.valid,
             "settings": {
-                "dataset": self.settings.dataset.value,
-                "input_len": self.settings.prompt_len,
-                **_prefix_settings(self.settings),
-                "output_len": self.settings.output_len,
-                "num_prompts": self.settings.num_prompts,
-                "burstiness": self.settings.burstiness,
-                "seed": self.settings.seed,
-                "goodput_slo_ms": dict(self.settings.goodput_slo_ms),
+                key: value
+                for key, value in self.settings.as_dict().items()
+                if key not in _PER_POINT
             },
             "arms": [arm.as_dict() for arm in self.arms],
             "reference": vars(reference) if reference else None,
@@ -130,26 +127,10 @@ def markdown(report: BenchReport) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _prefix_settings(settings: BenchSettings) -> dict[str, int]:
-    if settings.dataset is not Dataset.PREFIX_REPETITION:
-        return {}
-    return {f"prefix_repetition_{key}": value for key, value in vars(settings.prefix).items()}
-
-
-def _dataset_text(settings: BenchSettings) -> str:
-    if settings.dataset is Dataset.RANDOM:
-        return f"random dataset: {settings.input_len} input"
-    prefix = settings.prefix
-    return (
-        f"prefix_repetition dataset: {prefix.num_prefixes} shared prefixes of "
-        f"{prefix.prefix_len} tokens, each prompt + {prefix.suffix_len} random tokens"
-    )
-
-
 def _settings_line(settings: BenchSettings) -> str:
     slo = ", ".join(f"{metric} <= {ms:g} ms" for metric, ms in settings.goodput_slo_ms)
     return (
-        f"vLLM `bench serve`, {_dataset_text(settings)} / {settings.output_len} "
+        f"vLLM `bench serve`, {settings.dataset.describe()} / {settings.output_len} "
         f"output tokens (ignore EOS), {settings.num_prompts} prompts, burstiness "
         f"{settings.burstiness:g}, seed {settings.seed}" + (f"; goodput SLO: {slo}" if slo else "")
     )

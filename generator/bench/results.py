@@ -62,8 +62,7 @@ class PointResult:
         return self.kv_bytes / self.kv_seconds / (1 << 30)
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["settings"]["goodput_slo_ms"] = dict(self.settings.goodput_slo_ms)
+        data = asdict(self) | {"settings": self.settings.as_dict()}
         rates = {
             "prefix_cache_hit_rate": self.cache.hit_rate,
             "external_prefix_cache_hit_rate": self.cache.external_hit_rate,

@@ -21,6 +21,7 @@ from generator.bench.plots import draw_plots
 from generator.bench.policies import PolicyArm, arms_of
 from generator.bench.report import BenchReport, write_report
 from generator.cpu_features import cpu_features
+from generator.datasets import prompt_len_flags
 from generator.doctor.gpus import query_gpus
 from generator.errors import XpydError
 from generator.paths import Workspace
@@ -83,8 +84,8 @@ def check_fits(plan: Plan, settings: BenchSettings) -> None:
             f"{settings.prompt_len} prompt + --output-len {settings.output_len} = "
             f"{settings.tokens_per_request} tokens, more than {plan.stack}'s model.max_model_len "
             f"{limit}",
-            hint="lower --input-len (or --prefix-len/--suffix-len) or --output-len (the smoke "
-            "preset suits the cpu stacks)",
+            hint=f"lower {' or '.join([*prompt_len_flags(settings.dataset), '--output-len'])} "
+            "(the smoke preset suits the cpu stacks)",
         )
 
 

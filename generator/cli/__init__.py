@@ -12,6 +12,7 @@ from generator.cli import (
     bench_command,
     doctor_command,
     env_command,
+    fault_command,
     run_commands,
     stack_commands,
 )
@@ -39,6 +40,7 @@ run_commands.register(app)
 env_command.register(app)
 doctor_command.register(app)
 bench_command.register(app)
+fault_command.register(app)
 
 
 def main() -> None:

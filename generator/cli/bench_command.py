@@ -1,276 +1,214 @@
-"""bench: vLLM's serving benchmark against a stack, and against its colocated baseline."""
+"""bench: vLLM's serving benchmark against a stack, and against what it is compared with.
+
+Its modes, each a small function below: the benchmark of the stack alone; with a colocated
+baseline (``--baseline``); as arms of routing policies or LMCache P2P states (``--policies``,
+``--p2p``); and ``--fault``, an alias of `drill` (generator/cli/fault_command.py). Options
+a mode does not read are refused, never ignored (generator/cli/modes.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from generator.cli.bench_options import (
-    MAX_LOAD_POINTS,
-    MAX_PROMPTS,
-    MAX_SEED,
-    MAX_TOKENS,
-    check_sweep,
-    parse_concurrencies,
-    parse_goodput,
-    parse_rates,
+from generator.cli.bench_options import MAX_SEED, parse_goodput
+from generator.cli.fault_command import (
+    DRILL_OPTIONS,
+    FAULT_PANEL,
+    DrillOptions,
+    FaultConcurrencyOpt,
+    FaultDeadlineOpt,
+    FaultDurationOpt,
+    run_drill_command,
 )
-from generator.cli.fault_command import FAULT_PANEL, refuse_other_mode_options, run_fault_bench
 from generator.cli.help_text import add_command
-from generator.cli.run_commands import PythonOpt, RuntimeOpt, runtime_overrides
+from generator.cli.load_options import (
+    LOAD_OPTIONS,
+    LOAD_PANEL,
+    BurstinessOpt,
+    DatasetOpt,
+    InputLenOpt,
+    LoadOptions,
+    MaxConcurrencyOpt,
+    NumPrefixesOpt,
+    NumPromptsOpt,
+    OutputLenOpt,
+    PrefixLenOpt,
+    RequestRateOpt,
+    SuffixLenOpt,
+    bench_settings,
+    parse_preset,
+)
+from generator.cli.modes import refuse_unused
+from generator.cli.stack_options import (
+    PythonOpt,
+    RebuildOpt,
+    RunIdOpt,
+    RuntimeOpt,
+    SetOpt,
+    StackArg,
+    StackRun,
+    WaitScaleOpt,
+)
 
 if TYPE_CHECKING:
-    from generator.bench import BenchReport
+    from generator.bench import BenchJob, BenchReport
     from generator.bench.policies import PolicyArm
+    from generator.paths import Workspace
     from generator.services.bench import BenchSettings, Preset
 
 __all__ = [
-    "MAX_LOAD_POINTS",
-    "check_sweep",
-    "dataset_settings",
-    "parse_concurrencies",
-    "parse_goodput",
-    "parse_policies",
-    "parse_rates",
+    "Arms",
+    "BenchOptions",
+    "parse_arms",
+    "refuse_other_mode_options",
     "register",
+    "run_bench",
 ]
 
-_PANEL = "Load and settings (default: the preset's)"
-_DATASET_PANEL = "Dataset (default: random)"
+# What only the benchmark reads: a drill sends a load of its own instead.
+_BENCHMARK_ONLY = ("preset", *LOAD_OPTIONS, "seed", "goodput", "point_timeout_s", "idle_window_s")
+_ARM_OPTIONS = ("baseline", "policies", "p2p")  # more stacks than the one drilled
+
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="seed-xpyd: seed A's run (7500 in / 200 out, 30 prompts, 1 req/s, burstiness "
+        "100), its published figures shown beside ours; smoke: seconds on a cpu stack. "
+        "Default: smoke on cpu stacks, seed-xpyd on GPU stacks.",
+        show_default=False,
+    ),
+]
+BaselineOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="colocated: also benchmark the same model on the same engines with no KV "
+        "transfer (vllm-router round robin), after the P/D stack, which is removed first.",
+        show_default=False,
+    ),
+]
+SeedOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        max=MAX_SEED,
+        help="The benchmark's random seed (vLLM's; the presets': 0).",
+        rich_help_panel=LOAD_PANEL,
+        show_default=False,
+    ),
+]
+GoodputOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="SLO for goodput, e.g. ttft:500,tpot:50 (ms; ttft, tpot, e2el).",
+        rich_help_panel=LOAD_PANEL,
+        show_default=False,
+    ),
+]
+PoliciesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Compare routing policies: the stack once per policy, one after the other, "
+        "e.g. round_robin,prefix_aware,cache_aware (a bare name is the proxy's where it "
+        "has it, else vllm-router's; or write proxy:NAME, vllm-router:NAME).",
+        show_default=False,
+    ),
+]
+P2pOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--p2p",
+        help="nixl-mp: compare LMCache P2P KV sharing on and off (on,off): the stack once "
+        "each, one after the other (with --dataset prefix-repetition: what sharing buys).",
+        show_default=False,
+    ),
+]
+DownOpt = Annotated[
+    bool,
+    typer.Option("--down", help="Remove the P/D stack at the end (always with a baseline)."),
+]
+PointTimeoutOpt = Annotated[
+    float, typer.Option(min=10, max=86400, help="Give up on one load point after this.")
+]
+IdleWindowOpt = Annotated[
+    float,
+    typer.Option(
+        min=0,
+        max=3600,
+        help="Sample each service's CPU use this long while the stack is idle, before the "
+        "first point (0: skip); the report shows it.",
+    ),
+]
+FaultOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Run `drill` instead, with this fault (ACTION:SERVICE@T[+D], e.g. "
+        "kill:decode-0@15: see `drill --help`); the benchmark's options are refused with it.",
+        rich_help_panel=FAULT_PANEL,
+        show_default=False,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Arms:
+    """What the stack is compared with: each arm is the stack (or its twin) brought up and
+    benchmarked alone, one after the other."""
+
+    baseline: bool = False  # its colocated twin, after the P/D arms
+    policies: tuple[PolicyArm, ...] = ()  # one P/D arm per routing policy
+    p2p: tuple[bool, ...] = ()  # one P/D arm per LMCache P2P state
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """bench's own settings beside the load: what `up --bench` has no use for."""
+
+    preset: Preset | None  # None: the profile's default
+    seed: int | None
+    goodput_slo_ms: tuple[tuple[str, float], ...]
+    point_timeout_s: float
+    idle_window_s: float
+    down: bool
 
 
 def register(app: typer.Typer) -> None:
     add_command(app, bench, "Stacks")
 
 
-def parse_policies(text: str) -> tuple[PolicyArm, ...]:
-    from generator.bench.policies import parse_policies as parse
-
-    try:
-        return parse(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--policies") from None
-
-
-def _parse_p2p(text: str) -> tuple[bool, ...]:
-    from generator.bench.p2p_arms import parse_p2p
-
-    try:
-        return parse_p2p(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--p2p") from None
-
-
-def dataset_settings(
-    settings: BenchSettings,
-    dataset: str | None,
-    *,
-    input_len: int | None,
-    prefix_len: int | None,
-    suffix_len: int | None,
-    num_prefixes: int | None,
-) -> BenchSettings:
-    """The settings with the dataset asked for; BadParameter for options of the other one."""
-    from generator.services.bench import Dataset
-
-    try:
-        chosen = Dataset(dataset or Dataset.RANDOM.value)
-    except ValueError:
-        choices = ", ".join(d.value for d in Dataset)
-        message = f"{dataset!r} is not one of {choices}"
-        raise typer.BadParameter(message, param_hint="--dataset") from None
-    lengths = {"prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes}
-    given = {key: value for key, value in lengths.items() if value is not None}
-    if chosen is Dataset.RANDOM:
-        if given:
-            flag = "--" + next(iter(given)).replace("_", "-")
-            raise typer.BadParameter(f"{flag} needs --dataset prefix-repetition")
-        return settings
-    if input_len is not None:
-        raise typer.BadParameter(
-            "prefix-repetition prompts are --prefix-len + --suffix-len tokens",
-            param_hint="--input-len",
-        )
-    if num_prefixes is None:  # vLLM's 10 needs 10 prompts: the smoke preset sends 8
-        given["num_prefixes"] = min(settings.prefix.num_prefixes, settings.num_prompts)
-    prefix = replace(settings.prefix, **given)
-    if prefix.num_prefixes > settings.num_prompts:
-        raise typer.BadParameter(
-            f"{prefix.num_prefixes} prefixes need at least as many prompts "
-            f"(--num-prompts {settings.num_prompts}): vLLM sends num_prompts // num_prefixes "
-            "per prefix",
-            param_hint="--num-prefixes",
-        )
-    return replace(settings, dataset=chosen, prefix=prefix)
-
-
 def bench(
     ctx: typer.Context,
-    stack: Annotated[str, typer.Argument(help="Stack name or spec path.", show_default=False)],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a spec value, as for `up`.", show_default=False),
-    ] = None,
+    stack: StackArg,
+    set_: SetOpt = None,
     runtime: RuntimeOpt = None,
     python: PythonOpt = None,
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            help="seed-xpyd: seed A's run (7500 in / 200 out, 30 prompts, 1 req/s, burstiness "
-            "100), its published figures shown beside ours; smoke: seconds on a cpu stack. "
-            "Default: smoke on cpu stacks, seed-xpyd on GPU stacks.",
-            show_default=False,
-        ),
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            help="colocated: also benchmark the same model on the same engines with no KV "
-            "transfer (vllm-router round robin), after the P/D stack, which is removed first.",
-            show_default=False,
-        ),
-    ] = None,
-    input_len: Annotated[
-        int | None, typer.Option(min=1, max=MAX_TOKENS, rich_help_panel=_PANEL)
-    ] = None,
-    output_len: Annotated[
-        int | None, typer.Option(min=1, max=MAX_TOKENS, rich_help_panel=_PANEL)
-    ] = None,
-    num_prompts: Annotated[
-        int | None, typer.Option(min=1, max=MAX_PROMPTS, rich_help_panel=_PANEL)
-    ] = None,
-    request_rate: Annotated[
-        str | None,
-        typer.Option(
-            help="Requests/s, or a sweep: 1,2,4 (inf: all at once).", rich_help_panel=_PANEL
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        str | None,
-        typer.Option(
-            help="Requests in flight at most, or a sweep: 1,4,16.", rich_help_panel=_PANEL
-        ),
-    ] = None,
-    burstiness: Annotated[
-        float | None, typer.Option(min=0.001, max=1e6, rich_help_panel=_PANEL)
-    ] = None,
-    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, rich_help_panel=_PANEL)] = None,
-    goodput: Annotated[
-        str | None,
-        typer.Option(
-            help="SLO for goodput, e.g. ttft:500,tpot:50 (ms; ttft, tpot, e2el).",
-            rich_help_panel=_PANEL,
-        ),
-    ] = None,
-    dataset: Annotated[
-        str | None,
-        typer.Option(
-            help="random (no shared prefixes) or prefix-repetition (vLLM's prefix_repetition: "
-            "--num-prefixes prefixes, each prompt one of them + its own suffix).",
-            rich_help_panel=_DATASET_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    prefix_len: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=MAX_TOKENS,
-            help="prefix-repetition: tokens [256].",
-            rich_help_panel=_DATASET_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    suffix_len: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=MAX_TOKENS,
-            help="prefix-repetition: tokens after the prefix [256].",
-            rich_help_panel=_DATASET_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    num_prefixes: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=MAX_PROMPTS,
-            help="prefix-repetition: distinct prefixes [10, at most --num-prompts].",
-            rich_help_panel=_DATASET_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    policies: Annotated[
-        str | None,
-        typer.Option(
-            help="Compare routing policies: the stack once per policy, one after the other, "
-            "e.g. round_robin,prefix_aware,cache_aware (a bare name is the proxy's where it "
-            "has it, else vllm-router's; or write proxy:NAME, vllm-router:NAME).",
-            show_default=False,
-        ),
-    ] = None,
-    p2p: Annotated[
-        str | None,
-        typer.Option(
-            "--p2p",
-            help="nixl-mp: compare LMCache P2P KV sharing on and off (on,off): the stack once "
-            "each, one after the other (with --dataset prefix-repetition: what sharing buys).",
-            show_default=False,
-        ),
-    ] = None,
-    down: Annotated[
-        bool,
-        typer.Option("--down", help="Remove the P/D stack at the end (always with a baseline)."),
-    ] = False,
-    run_id: Annotated[
-        str | None, typer.Option("--run-id", help="Name of the report folder under runs/.")
-    ] = None,
-    point_timeout_s: Annotated[
-        float, typer.Option(min=10, max=86400, help="Give up on one load point after this.")
-    ] = 1800.0,
-    idle_window_s: Annotated[
-        float,
-        typer.Option(
-            min=0,
-            max=3600,
-            help="Sample each service's CPU use this long while the stack is idle, before the "
-            "first point (0: skip); the report shows it.",
-        ),
-    ] = 10.0,
-    wait_scale: Annotated[
-        float,
-        typer.Option(envvar="XPYD_WAIT_SCALE", min=0.01, max=1000.0, help="As for `up`."),
-    ] = 1.0,
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="As for `up`.")] = False,
-    fault: Annotated[
-        str | None,
-        typer.Option(
-            help="ACTION:SERVICE@T[+D]: kill (SIGKILL), term (SIGTERM) or stop (SIGSTOP for D "
-            "s) an engine, LMCache server or the router T s into a steady load, or hang an "
-            "engine (SIGSTOP to its core only: it still answers /health); the report "
-            "(fault.md) gives failures per second, time to ejection and to recovery, and the "
-            "verdict after. Multi-host stacks: cut:HOST@T+D cuts HOST off the other hosts "
-            "for D s. E.g. kill:decode-0@10, stop:prefill-0@10+15, hang:decode-0@10+40, "
-            "cut:host-a@10+15.",
-            rich_help_panel=FAULT_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    fault_duration_s: Annotated[
-        float,
-        typer.Option(min=5, max=3600, help="How long the load runs.", rich_help_panel=FAULT_PANEL),
-    ] = 60.0,
-    fault_concurrency: Annotated[
-        int,
-        typer.Option(min=1, max=256, help="Clients in the load.", rich_help_panel=FAULT_PANEL),
-    ] = 4,
-    fault_deadline_s: Annotated[
-        float,
-        typer.Option(min=1, max=3600, help="Each request's deadline.", rich_help_panel=FAULT_PANEL),
-    ] = 30.0,
+    preset: PresetOpt = None,
+    baseline: BaselineOpt = None,
+    output_len: OutputLenOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    request_rate: RequestRateOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
+    burstiness: BurstinessOpt = None,
+    seed: SeedOpt = None,
+    goodput: GoodputOpt = None,
+    dataset: DatasetOpt = None,
+    input_len: InputLenOpt = None,
+    prefix_len: PrefixLenOpt = None,
+    suffix_len: SuffixLenOpt = None,
+    num_prefixes: NumPrefixesOpt = None,
+    policies: PoliciesOpt = None,
+    p2p: P2pOpt = None,
+    down: DownOpt = False,
+    run_id: RunIdOpt = None,
+    point_timeout_s: PointTimeoutOpt = 1800.0,
+    idle_window_s: IdleWindowOpt = 10.0,
+    wait_scale: WaitScaleOpt = 1.0,
+    rebuild: RebuildOpt = False,
+    fault: FaultOpt = None,
+    fault_duration_s: FaultDurationOpt = DrillOptions.duration_s,
+    fault_concurrency: FaultConcurrencyOpt = DrillOptions.concurrency,
+    fault_deadline_s: FaultDeadlineOpt = DrillOptions.deadline_s,
 ) -> None:
     """Benchmark a stack with vLLM's own `bench serve` (random or prefix-repetition dataset)
     through its router, from a one-off container of the stack's `bench` service, after the
@@ -288,95 +226,149 @@ def bench(
     throughput, latency and goodput against load). A stack whose verdict failed is still
     measured, and the report says INVALID.
 
-    With --fault it runs a fault drill instead, with a load of its own: the benchmark's
+    With --fault it runs `drill` instead (the same drill, the same options): the benchmark's
     load, dataset and comparison options are refused there (they would change nothing), as
     are the drill's options without --fault.
     """
-    from generator.bench import ArmOptions, BenchJob, check_fits, load_points, run_benchmark
+    refuse_other_mode_options(ctx, drill=fault is not None)
+    run = StackRun.of(
+        stack, set_, runtime, python, run_id=run_id, wait_scale=wait_scale, rebuild=rebuild
+    )
+    if fault is not None:
+        run_drill_command(
+            run, DrillOptions(fault, fault_duration_s, fault_concurrency, fault_deadline_s)
+        )
+        return
+    arms = parse_arms(baseline, policies, p2p)
+    options = BenchOptions(
+        parse_preset(preset) if preset is not None else None,
+        seed,
+        parse_goodput(goodput) if goodput else (),
+        point_timeout_s,
+        idle_window_s,
+        down,
+    )
+    run_bench(run, LoadOptions.of(ctx), options, arms)
+
+
+def refuse_other_mode_options(ctx: typer.Context, *, drill: bool) -> None:
+    """bench's options that its mode (the drill with --fault, the benchmark without) would
+    ignore: BadParameter naming the option and why, before anything is read or started."""
+    if not drill:
+        refuse_unused(ctx, DRILL_OPTIONS, mode="without --fault", reason="it sets the drill")
+        return
+    refuse_unused(
+        ctx,
+        _BENCHMARK_ONLY,
+        mode="with --fault",
+        reason="a drill sends a load of its own (--fault-duration-s, --fault-concurrency, "
+        "--fault-deadline-s), not vLLM's benchmark",
+    )
+    refuse_unused(ctx, _ARM_OPTIONS, mode="with --fault", reason="a drill runs the stack alone")
+    refuse_unused(
+        ctx, ("down",), mode="with --fault", reason="the drill leaves the stack up; run `down`"
+    )
+
+
+# --- the modes --------------------------------------------------------------------------------
+
+
+def parse_arms(baseline: str | None, policies: str | None, p2p: str | None) -> Arms:
+    """The arms asked for: the stack alone, and a baseline after policy or P2P arms."""
+    arms = Arms(
+        baseline=_baseline(baseline),
+        policies=_policy_arms(policies) if policies is not None else (),
+        p2p=_p2p_arms(p2p) if p2p is not None else (),
+    )
+    if arms.policies and arms.p2p:
+        raise typer.BadParameter("compare policies or P2P states, not both", param_hint="--p2p")
+    return arms
+
+
+def _baseline(text: str | None) -> bool:
+    if text not in (None, "colocated"):
+        message = f"{text!r}: the one baseline is colocated"
+        raise typer.BadParameter(message, param_hint="--baseline")
+    return text is not None
+
+
+def _policy_arms(text: str) -> tuple[PolicyArm, ...]:
+    from generator.bench.policies import parse_policies
+
+    try:
+        return parse_policies(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policies") from None
+
+
+def _p2p_arms(text: str) -> tuple[bool, ...]:
+    from generator.bench.p2p_arms import parse_p2p
+
+    try:
+        return parse_p2p(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--p2p") from None
+
+
+def run_bench(run: StackRun, load: LoadOptions, options: BenchOptions, arms: Arms) -> None:
+    """Every arm at every load point, then the report; every check before anything starts
+    (the run's folder included: a refused run leaves none)."""
+    from generator.bench import run_benchmark
     from generator.cli.run_reporter import ConsoleReporter
     from generator.paths import find_workspace
-    from generator.planner import make_plan
-    from generator.services.bench import default_preset, preset_settings
-    from generator.stack import load_spec
     from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
     from generator.workflow.runtimes import runtime_driver
 
-    refuse_other_mode_options(ctx, fault=fault is not None)
-    if baseline not in (None, "colocated"):
-        raise typer.BadParameter(
-            f"{baseline!r}: the one baseline is colocated", param_hint="--baseline"
-        )
-    if run_id is not None:
-        check_run_id(run_id)
-    arms = parse_policies(policies) if policies is not None else ()
-    p2p_states = _parse_p2p(p2p) if p2p is not None else ()
-    if arms and p2p_states:
-        raise typer.BadParameter("compare policies or P2P states, not both", param_hint="--p2p")
+    if run.run_id is not None:
+        check_run_id(run.run_id)
     workspace = find_workspace()
-    spec = load_spec(
-        workspace.stack_file(stack), [*(set_ or []), *runtime_overrides(runtime, python)]
-    )
+    job = _job(run, load, options, arms, workspace)
+    job.arm_plans()  # every arm's spec and plan checked before anything starts
+    runtime_driver(job.plan.runtime).require()
+    job = replace(job, folder=claim_run_dir(workspace.root, f"{job.plan.stack}-bench", run.run_id))
+    _print(run_benchmark(job, workspace, ConsoleReporter()))
+
+
+def _job(
+    run: StackRun, load: LoadOptions, options: BenchOptions, arms: Arms, workspace: Workspace
+) -> BenchJob:
+    from generator.bench import ArmOptions, BenchJob, check_fits, load_points
+    from generator.planner import make_plan
+    from generator.services.bench import default_preset
+    from generator.stack import load_spec
+
+    spec = load_spec(workspace.stack_file(run.stack), run.overrides)
     plan = make_plan(spec)
-    if fault is not None:
-        run_fault_bench(
-            plan,
-            fault,
-            duration_s=fault_duration_s,
-            concurrency=fault_concurrency,
-            deadline_s=fault_deadline_s,
-            folder=claim_run_dir(workspace.root, f"{plan.stack}-fault", run_id),
-            wait_scale=wait_scale,
-            rebuild=rebuild,
-        )
-        return
-    chosen = _preset(preset) or default_preset(plan.profile)
-    given = preset_settings(chosen)
-    settings = replace(
-        given,
-        input_len=input_len or given.input_len,
-        output_len=output_len or given.output_len,
-        num_prompts=num_prompts or given.num_prompts,
-        burstiness=burstiness or given.burstiness,
-        seed=given.seed if seed is None else seed,
-        goodput_slo_ms=parse_goodput(goodput) if goodput else given.goodput_slo_ms,
-    )
-    settings = dataset_settings(
-        settings,
-        dataset,
-        input_len=input_len,
-        prefix_len=prefix_len,
-        suffix_len=suffix_len,
-        num_prefixes=num_prefixes,
-    )
-    rates = parse_rates(request_rate) if request_rate else (given.request_rate,)
-    concurrencies = (
-        parse_concurrencies(max_concurrency) if max_concurrency else (given.max_concurrency,)
-    )
-    check_sweep(rates, concurrencies)
+    preset = options.preset or default_preset(plan.profile)
+    settings = _settings(load, preset, options)
     check_fits(plan, settings)  # before anything starts
-    job = BenchJob(
+    points = load_points(settings, *load.sweep(settings))
+    return BenchJob(
         spec=spec,
         plan=plan,
-        preset=chosen,
+        preset=preset,
         settings=settings,
         arm_options=ArmOptions(
-            load_points(settings, rates, concurrencies),
-            point_timeout_s=point_timeout_s,
-            wait_scale=wait_scale,
-            rebuild=rebuild,
-            idle_window_s=idle_window_s,
+            points,
+            point_timeout_s=options.point_timeout_s,
+            wait_scale=run.wait_scale,
+            rebuild=run.rebuild,
+            idle_window_s=options.idle_window_s,
         ),
-        baseline=baseline is not None,
-        down=down,
-        folder=claim_run_dir(workspace.root, f"{plan.stack}-bench", run_id),
-        policies=arms,
-        p2p=p2p_states,
+        baseline=arms.baseline,
+        down=options.down,
+        folder=workspace.runs_dir,  # claimed once every check passed (run_bench)
+        policies=arms.policies,
+        p2p=arms.p2p,
     )
-    job.arm_plans()  # every arm's spec and plan checked before anything starts
-    runtime_driver(plan.runtime).require()
-    report = run_benchmark(job, workspace, ConsoleReporter())
-    _print(report)
+
+
+def _settings(load: LoadOptions, preset: Preset, options: BenchOptions) -> BenchSettings:
+    settings = bench_settings(load, preset)
+    seed = settings.seed if options.seed is None else options.seed
+    goodput = options.goodput_slo_ms or settings.goodput_slo_ms
+    return replace(settings, seed=seed, goodput_slo_ms=goodput)
 
 
 def _print(report: BenchReport) -> None:
@@ -391,15 +383,3 @@ def _print(report: BenchReport) -> None:
     else:
         warn(f"{report.stack}: a verdict FAILED, the report is marked INVALID; {where}")
         raise typer.Exit(1)
-
-
-def _preset(name: str | None) -> Preset | None:
-    from generator.services.bench import Preset
-
-    if name is None:
-        return None
-    try:
-        return Preset(name)
-    except ValueError:
-        choices = ", ".join(p.value for p in Preset)
-        raise typer.BadParameter(f"{name!r} is not a preset ({choices})") from None

@@ -7,6 +7,8 @@ import re
 
 import typer
 
+from generator.datasets.base import MAX_PROMPTS, MAX_TOKENS
+
 __all__ = [
     "MAX_CONCURRENCY",
     "MAX_LOAD_POINTS",
@@ -23,14 +25,13 @@ __all__ = [
 ]
 
 _SLO_METRICS = ("ttft", "tpot", "e2el")
-# Bounds a run can finish within (a rate of 1e-300 req/s never sends its second request);
-# the seed is numpy's (vLLM's benchmark seeds numpy, which takes 32 bits).
+# Bounds a run can finish within (a rate of 1e-300 req/s never sends its second request;
+# prompts and their tokens: generator/datasets/base.py); the seed is numpy's (vLLM's
+# benchmark seeds numpy, which takes 32 bits).
 MIN_RATE_PER_S = 0.001
 MAX_RATE_PER_S = 1e6
 MAX_CONCURRENCY = 1_000_000
 MAX_SEED = 2**32 - 1
-MAX_TOKENS = 10_000_000
-MAX_PROMPTS = 10_000_000
 MAX_SLO_MS = 86_400_000.0  # a day
 # Each load point is a whole benchmark run (minutes, up to --point-timeout-s), per arm:
 # 64 points of a minute are an hour an arm. A longer sweep is several runs.

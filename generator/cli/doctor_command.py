@@ -8,7 +8,7 @@ import typer
 
 from generator.cli.help_text import add_command
 from generator.cli.modes import refuse_unused
-from generator.cli.run_commands import RuntimeOpt, runtime_overrides
+from generator.cli.stack_options import RuntimeOpt, runtime_overrides
 
 __all__ = ["register"]
 

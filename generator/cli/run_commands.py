@@ -3,26 +3,40 @@ local processes)."""
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 
 import typer
 
-from generator.cli.bench_options import (
-    MAX_CONCURRENCY,
-    MAX_PROMPTS,
-    MAX_RATE_PER_S,
-    MAX_TOKENS,
-    MIN_RATE_PER_S,
-)
 from generator.cli.help_text import add_command
+from generator.cli.load_options import (
+    LOAD_OPTIONS,
+    BurstinessOpt,
+    DatasetOpt,
+    InputLenOpt,
+    LoadOptions,
+    MaxConcurrencyOpt,
+    NumPrefixesOpt,
+    NumPromptsOpt,
+    OutputLenOpt,
+    PrefixLenOpt,
+    RequestRateOpt,
+    SuffixLenOpt,
+    bench_settings,
+)
 from generator.cli.modes import refuse_unused
+from generator.cli.stack_options import (
+    PythonOpt,
+    RebuildOpt,
+    RunIdOpt,
+    RuntimeOpt,
+    SetOpt,
+    StackArg,
+    WaitScaleOpt,
+    runtime_overrides,
+)
 
 __all__ = ["register"]
 
-StackArg = Annotated[
-    str, typer.Argument(help="Stack name (stacks/<name>.yaml) or spec path.", show_default=False)
-]
 HostOpt = Annotated[
     str | None,
     typer.Option(
@@ -31,61 +45,6 @@ HostOpt = Annotated[
         show_default=False,
     ),
 ]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set", help="Override a spec value, e.g. --set router.port=31000.", show_default=False
-    ),
-]
-
-
-RuntimeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--runtime",
-        help="compose (Docker) or process (local processes, no Docker: HPC nodes, bare metal); "
-        "default: the spec's runtime. Same as --set runtime=...",
-        show_default=False,
-    ),
-]
-PythonOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--python",
-        help="Process runtime: the engines' Python, with the stack's lock installed (default: "
-        "the one `python -m generator env` makes). Same as --set process.python=...",
-        show_default=False,
-    ),
-]
-
-
-def runtime_overrides(runtime: str | None, python: str | None) -> list[str]:
-    """--runtime and --python as the spec overrides they stand for (validated with the spec)."""
-    overrides = [f"runtime={runtime}"] if runtime is not None else []
-    return overrides + ([f"process.python={python}"] if python is not None else [])
-
-
-def _not_nan(value: float | None) -> float | None:
-    # click's ranges let nan through (every comparison with nan is false)
-    if value is not None and math.isnan(value):
-        raise typer.BadParameter("must be a number, not nan")
-    return value
-
-
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise typer.BadParameter("must be a finite number")
-    return value
-
-
-_BENCH_OPTIONS = (
-    "bench_input_len",
-    "bench_output_len",
-    "bench_prompts",
-    "bench_rate",
-    "bench_burstiness",
-    "bench_max_concurrency",
-)
 
 
 def register(app: typer.Typer) -> None:
@@ -104,7 +63,12 @@ def up(
     runtime: RuntimeOpt = None,
     python: PythonOpt = None,
     bench: Annotated[
-        bool, typer.Option("--bench", help="Run vLLM's serving benchmark after the smoke verdict.")
+        bool,
+        typer.Option(
+            "--bench",
+            help="Run vLLM's serving benchmark after the smoke verdict: one load point, the "
+            "smoke preset's unless the load and dataset options say otherwise (as for `bench`).",
+        ),
     ] = False,
     down_after: Annotated[
         bool, typer.Option("--down", help="Remove the stack at the end, whatever happened.")
@@ -122,79 +86,19 @@ def up(
             "--from", help="Resume at this task (see `dag`); earlier tasks count as done."
         ),
     ] = None,
-    run_id: Annotated[
-        str | None, typer.Option("--run-id", help="Name of the run folder under runs/.")
-    ] = None,
-    rebuild: Annotated[
-        bool,
-        typer.Option(
-            "--rebuild", help="Build images even when their (content-addressed) tag exists."
-        ),
-    ] = False,
-    wait_scale: Annotated[
-        float,
-        typer.Option(
-            "--wait-scale",
-            envvar="XPYD_WAIT_SCALE",
-            help="Multiply every health deadline (slow hosts).",
-            min=0.01,
-            max=1000.0,
-            callback=_finite,
-        ),
-    ] = 1.0,
-    bench_input_len: Annotated[
-        int,
-        typer.Option(
-            help="Benchmark prompt length in tokens.",
-            rich_help_panel="--bench",
-            min=1,
-            max=MAX_TOKENS,
-        ),
-    ] = 256,
-    bench_output_len: Annotated[
-        int,
-        typer.Option(
-            help="Benchmark output length in tokens.",
-            rich_help_panel="--bench",
-            min=1,
-            max=MAX_TOKENS,
-        ),
-    ] = 16,
-    bench_prompts: Annotated[
-        int,
-        typer.Option(
-            help="Benchmark request count.", rich_help_panel="--bench", min=1, max=MAX_PROMPTS
-        ),
-    ] = 8,
-    bench_rate: Annotated[
-        float | None,
-        typer.Option(
-            help="Requests per second (default: back to back).",
-            rich_help_panel="--bench",
-            min=MIN_RATE_PER_S,
-            max=MAX_RATE_PER_S,
-            callback=_not_nan,
-        ),
-    ] = None,
-    bench_burstiness: Annotated[
-        float,
-        typer.Option(
-            help="Burstiness of arrivals (1: Poisson).",
-            rich_help_panel="--bench",
-            min=0.001,
-            max=1e6,
-            callback=_finite,
-        ),
-    ] = 1.0,
-    bench_max_concurrency: Annotated[
-        int | None,
-        typer.Option(
-            help="Requests in flight at most (default: no limit).",
-            rich_help_panel="--bench",
-            min=1,
-            max=MAX_CONCURRENCY,
-        ),
-    ] = None,
+    run_id: RunIdOpt = None,
+    rebuild: RebuildOpt = False,
+    wait_scale: WaitScaleOpt = 1.0,
+    output_len: OutputLenOpt = None,
+    num_prompts: NumPromptsOpt = None,
+    request_rate: RequestRateOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
+    burstiness: BurstinessOpt = None,
+    dataset: DatasetOpt = None,
+    input_len: InputLenOpt = None,
+    prefix_len: PrefixLenOpt = None,
+    suffix_len: SuffixLenOpt = None,
+    num_prefixes: NumPrefixesOpt = None,
 ) -> None:
     """Bring a stack up and prove it works: render, build images, start LMCache servers,
     engines and router in dependency order, wait for real health, then a smoke request whose
@@ -210,16 +114,18 @@ def up(
     from generator.cli.run_reporter import ConsoleReporter
     from generator.console import success
     from generator.paths import find_workspace
+    from generator.services.bench import Preset
     from generator.workbench import load_plan
     from generator.workflow import up_stack
-    from generator.workflow.context import BenchSettings, RunOptions
+    from generator.workflow.context import RunOptions
     from generator.workflow.run import make_context
     from generator.workflow.runtimes import runtime_driver
 
     if not bench:
         refuse_unused(
-            ctx, _BENCH_OPTIONS, mode="without --bench", reason="it sets the benchmark --bench runs"
+            ctx, LOAD_OPTIONS, mode="without --bench", reason="it sets the benchmark --bench runs"
         )
+    load = LoadOptions.of(ctx).one_point()
     plan = load_plan(stack, [*(set_ or []), *runtime_overrides(runtime, python)])
     runtime_driver(plan.runtime).require()
     options = RunOptions(
@@ -228,14 +134,7 @@ def up(
         down=down_after,
         teardown_on_failure=teardown_on_failure,
         wait_scale=wait_scale,
-        bench_settings=BenchSettings(
-            input_len=bench_input_len,
-            output_len=bench_output_len,
-            num_prompts=bench_prompts,
-            request_rate=bench_rate,
-            burstiness=bench_burstiness,
-            max_concurrency=bench_max_concurrency,
-        ),
+        bench_settings=bench_settings(load, Preset.SMOKE),
     )
     context = make_context(plan, find_workspace(), options, run_id, ConsoleReporter())
     up_stack(context, start_from=start_from)

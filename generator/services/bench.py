@@ -1,6 +1,6 @@
 """The command of the stack's `bench` service: vLLM's own serving benchmark (`vllm bench
-serve`, its random or prefix_repetition dataset) against the router, and the named presets
-it runs with.
+serve`, with one of the datasets of generator/datasets/) against the router, and the named
+presets it runs with.
 
 The rendered service carries the profile's default preset, so `docker compose run --rm bench`
 reproduces a run of `python -m generator bench` at that preset's first load point.
@@ -8,17 +8,17 @@ reproduces a run of `python -m generator bench` at that preset's first load poin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
+from generator.datasets import DatasetSettings, dataset_settings, default_dataset
 from generator.plan import Plan
 from generator.spec import Profile
 
 __all__ = [
     "BENCH_RESULTS_DIR",
     "BenchSettings",
-    "Dataset",
-    "PrefixRepetition",
     "Preset",
     "bench_command",
     "default_preset",
@@ -34,27 +34,10 @@ class Preset(StrEnum):
     SMOKE = "smoke"  # seconds on the cpu stacks' tiny model: CI and first runs
 
 
-class Dataset(StrEnum):
-    RANDOM = "random"  # random tokens: no two prompts share a prefix
-    # vLLM's prefix_repetition: num_prefixes random prefixes, each followed by random
-    # suffixes; what prefix caches and prefix-aware routing are measured with
-    PREFIX_REPETITION = "prefix-repetition"
-
-
-@dataclass(frozen=True)
-class PrefixRepetition:
-    """vLLM 0.32's --prefix-repetition-* options (its defaults)."""
-
-    prefix_len: int = 256
-    suffix_len: int = 256
-    num_prefixes: int = 10  # vLLM sends num_prompts // num_prefixes prompts per prefix
-
-
 @dataclass(frozen=True)
 class BenchSettings:
     """One run of `vllm bench serve` (one load point)."""
 
-    input_len: int = 256  # the random dataset's; prefix-repetition: prefix + suffix
     output_len: int = 16
     num_prompts: int = 8
     request_rate: float | None = None  # None: all at once, bounded by max_concurrency
@@ -63,23 +46,40 @@ class BenchSettings:
     seed: int = 0
     goodput_slo_ms: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, ms)
     detailed: bool = True  # per-request TTFTs and ITLs in the JSON (the report's plots)
-    dataset: Dataset = Dataset.RANDOM
-    prefix: PrefixRepetition = PrefixRepetition()  # read with Dataset.PREFIX_REPETITION only
+    dataset: DatasetSettings = field(default_factory=default_dataset)  # the prompts
 
     @property
     def prompt_len(self) -> int:
-        if self.dataset is Dataset.PREFIX_REPETITION:
-            return self.prefix.prefix_len + self.prefix.suffix_len
-        return self.input_len
+        return self.dataset.prompt_len
 
     @property
     def tokens_per_request(self) -> int:
         return self.prompt_len + self.output_len
 
+    def as_dict(self) -> dict[str, Any]:
+        """For bench.json: the dataset by name, its prompt length and its own fields."""
+        return {
+            "dataset": self.dataset.name,
+            "input_len": self.prompt_len,
+            **self.dataset.report_fields(),
+            "output_len": self.output_len,
+            "num_prompts": self.num_prompts,
+            "request_rate": self.request_rate,
+            "burstiness": self.burstiness,
+            "max_concurrency": self.max_concurrency,
+            "seed": self.seed,
+            "goodput_slo_ms": dict(self.goodput_slo_ms),
+            "detailed": self.detailed,
+        }
+
 
 _PRESETS = {
     Preset.SEED_XPYD: BenchSettings(
-        input_len=7500, output_len=200, num_prompts=30, request_rate=1.0, burstiness=100.0
+        output_len=200,
+        num_prompts=30,
+        request_rate=1.0,
+        burstiness=100.0,
+        dataset=dataset_settings("random", {"input_len": 7500}, num_prompts=30),
     ),
     Preset.SMOKE: BenchSettings(),
 }
@@ -105,28 +105,13 @@ def bench_command(
         *["--backend", "openai", "--endpoint", "/v1/completions"],
         *["--base-url", f"http://{router_host}:{plan.router.port}"],
         *["--model", model.served_name, "--tokenizer", model.id],
-        *_dataset_args(settings),
+        *settings.dataset.vllm_args(settings.output_len),
         *["--num-prompts", str(settings.num_prompts), *_load_args(settings)],
         *["--burstiness", f"{settings.burstiness:g}", "--seed", str(settings.seed)],
         *["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el"],
         *["--metric-percentiles", "50,90,99", *_goodput_args(settings)],
         *["--save-result", *(["--save-detailed"] if settings.detailed else [])],
         *["--result-dir", BENCH_RESULTS_DIR, "--result-filename", result_file],
-    ]
-
-
-def _dataset_args(settings: BenchSettings) -> list[str]:
-    output = str(settings.output_len)
-    if settings.dataset is Dataset.RANDOM:
-        args = ["--dataset-name", "random", "--random-input-len", str(settings.input_len)]
-        return [*args, "--random-output-len", output]
-    prefix = settings.prefix
-    return [
-        *["--dataset-name", "prefix_repetition"],
-        *["--prefix-repetition-prefix-len", str(prefix.prefix_len)],
-        *["--prefix-repetition-suffix-len", str(prefix.suffix_len)],
-        *["--prefix-repetition-num-prefixes", str(prefix.num_prefixes)],
-        *["--prefix-repetition-output-len", output],
     ]
 
 

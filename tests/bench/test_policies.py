@@ -1,5 +1,6 @@
-"""`bench --policies` and `--dataset prefix-repetition`: the arms a comparison runs, the
-dataset's flags and bounds, and the report's shape with the prefillers' cache hit rates.
+"""`bench --policies`: the arms a comparison runs, a prefix-repetition prompt checked against
+the model, and the report's shape with the prefillers' cache hit rates (the datasets
+themselves: tests/datasets/).
 
 The result files are stand-ins in vLLM's shape (tests/bench/test_report.py); the real
 comparison needs a running stack per arm (the README's command)."""
@@ -8,11 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import typer
 
 from generator.bench import ArmOptions, BenchJob, BenchReport
 from generator.bench.cache_counters import CacheCounters
@@ -20,18 +19,12 @@ from generator.bench.policies import PolicyArm, parse_policies, policy_spec
 from generator.bench.report import markdown, write_report
 from generator.bench.results import ArmResult, read_point
 from generator.bench.session import check_fits
-from generator.cli.bench_command import dataset_settings
+from generator.cli.load_options import LoadOptions, bench_settings
 from generator.errors import SpecError, XpydError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.probes.engine_counters import EngineCounters
-from generator.services.bench import (
-    BenchSettings,
-    Dataset,
-    Preset,
-    bench_command,
-    preset_settings,
-)
+from generator.services.bench import BenchSettings, Preset, preset_settings
 from generator.spec import RouterKind, Spec
 from generator.stack import load_spec
 from tests.bench.test_report import arm_folder
@@ -126,49 +119,16 @@ def test_a_comparison_runs_one_arm_per_policy_then_the_baseline() -> None:
 # --- the dataset ------------------------------------------------------------------------------
 
 
-def prefix_settings(**given: int | None) -> BenchSettings:
-    lengths = {"prefix_len": None, "suffix_len": None, "num_prefixes": None} | given
-    return dataset_settings(SMOKE, "prefix-repetition", input_len=None, **lengths)
-
-
-def test_prefix_repetition_reaches_vllm_with_its_own_flags() -> None:
-    settings = prefix_settings(prefix_len=512, suffix_len=32, num_prefixes=2)
-    assert settings == replace(
-        SMOKE,
-        dataset=Dataset.PREFIX_REPETITION,
-        prefix=replace(SMOKE.prefix, prefix_len=512, suffix_len=32, num_prefixes=2),
-    )
-    command = bench_command(make_plan(spec_of("cpu-1p1d")), settings)
-    start = command.index("--dataset-name")
-    assert command[start : start + 10] == [
-        "--dataset-name", "prefix_repetition",
-        "--prefix-repetition-prefix-len", "512", "--prefix-repetition-suffix-len", "32",
-        "--prefix-repetition-num-prefixes", "2", "--prefix-repetition-output-len", "16",
-    ]  # fmt: skip
-    assert "--random-input-len" not in command
-
-
-@pytest.mark.parametrize(
-    ("dataset", "given", "message"),
-    [
-        (None, {"prefix_len": 5}, "--prefix-len needs --dataset prefix-repetition"),
-        ("prefix-repetition", {"input_len": 5}, "--prefix-len + --suffix-len"),
-        ("prefix-repetition", {"num_prefixes": 9}, "9 prefixes need at least as many prompts"),
-        ("sharegpt", {}, "'sharegpt' is not one of random, prefix-repetition"),
-    ],
-)
-def test_dataset_options_of_the_other_dataset_are_refused(
-    dataset: str | None, given: dict[str, int], message: str
-) -> None:
-    lengths = {"input_len": None, "prefix_len": None, "suffix_len": None, "num_prefixes": None}
-    with pytest.raises(typer.BadParameter, match=re.escape(message)):
-        dataset_settings(SMOKE, dataset, **(lengths | given))
+def prefix_settings(**given: int) -> BenchSettings:
+    load = LoadOptions(dataset="prefix-repetition", dataset_options=given)
+    return bench_settings(load, Preset.SMOKE)
 
 
 def test_a_prefix_repetition_prompt_is_checked_against_the_context_whole() -> None:
     plan = make_plan(spec_of("cpu-1p1d"))  # max_model_len 2048
-    with pytest.raises(XpydError, match="2040 prompt"):
+    with pytest.raises(XpydError, match="2040 prompt") as caught:
         check_fits(plan, prefix_settings(prefix_len=2000, suffix_len=40))
+    assert caught.value.hint.startswith("lower --prefix-len or --suffix-len or --output-len")
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -209,9 +169,12 @@ def test_the_comparison_report_shows_each_policys_cache_hits(tmp_path: Path) -> 
 
 
 def test_bad_comparison_options_stop_before_anything_starts() -> None:
+    runs = ROOT / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
     result = run_cli(
         "bench", "cpu-lmcache-pd", "--policies", "prefix_aware,cache_aware", root=ROOT, timeout_s=60
     )
     assert result.returncode == 1, result.stderr
+    assert (set(runs.iterdir()) if runs.is_dir() else set()) == before  # no run folder made
     assert "cpu-lmcache-pd with bench --policies vllm-router-cache_aware" in result.stderr
     assert "vllm-router cannot drive LMCache's P/D protocol" in result.stderr

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from generator.bench import check_fits, load_points
-from generator.cli.bench_command import (
+from generator.cli.bench_options import (
     check_sweep,
     parse_concurrencies,
     parse_goodput,

@@ -120,6 +120,7 @@ def test_doctor_checks_what_the_process_runtime_needs_and_no_docker() -> None:
     assert "disk for environments and model cache" in rows
 
 
+@pytest.mark.parametrize("command", ["drill", "bench"])  # `bench --fault`: the same drill
 @pytest.mark.parametrize(
     ("fault", "says"),
     [
@@ -129,8 +130,11 @@ def test_doctor_checks_what_the_process_runtime_needs_and_no_docker() -> None:
     ],
 )
 def test_a_fault_the_drill_cannot_finish_is_refused_before_anything_starts(
-    fault: str, says: str
+    command: str, fault: str, says: str
 ) -> None:
-    result = run("bench", "cpu-faults", "--fault", fault, "--fault-duration-s", "30")
+    runs = ROOT / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    result = run(command, "cpu-faults", "--fault", fault, "--fault-duration-s", "30")
     assert result.returncode == 2
     assert says in " ".join(result.stderr.split())
+    assert (set(runs.iterdir()) if runs.is_dir() else set()) == before  # no run folder made

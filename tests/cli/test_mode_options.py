@@ -38,10 +38,34 @@ def test_bench_refuses_what_its_mode_does_not_read(args: list[str], says: str) -
     assert says in " ".join(result.stderr.split())
 
 
-def test_up_refuses_benchmark_settings_without_bench() -> None:
-    result = run_cli("up", NO_STACK, "--bench-rate", "5", root=ROOT, timeout_s=60)
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--request-rate", "5"], "--request-rate: has no effect without --bench"),
+        (["--num-prompts", "4"], "--num-prompts: has no effect without --bench"),
+        (["--dataset", "prefix-repetition"], "--dataset: has no effect without --bench"),
+        (["--prefix-len", "64"], "--prefix-len: has no effect without --bench"),
+    ],
+)
+def test_up_refuses_benchmark_settings_without_bench(args: list[str], says: str) -> None:
+    result = run_cli("up", NO_STACK, *args, root=ROOT, timeout_s=60)
     assert result.returncode == 2, result.stderr
-    assert "--bench-rate: has no effect without --bench" in " ".join(result.stderr.split())
+    assert says in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--request-rate", "1,2"], "--request-rate: `up --bench` runs one load point, and 2"),
+        (["--max-concurrency", "1,4,16"], "--max-concurrency: `up --bench` runs one load point"),
+        (["--request-rate", "fast"], "'fast' is not a number"),
+        (["--burstiness", "nan"], "Invalid value for '--burstiness'"),
+    ],
+)
+def test_up_bench_refuses_a_sweep_and_nonsense_before_the_spec(args: list[str], says: str) -> None:
+    result = run_cli("up", NO_STACK, "--bench", *args, root=ROOT, timeout_s=60)
+    assert result.returncode == 2, result.stderr
+    assert says in " ".join(result.stderr.split())
 
 
 @pytest.mark.parametrize(
@@ -58,10 +82,33 @@ def test_what_a_mode_reads_passes_on_to_the_spec(args: list[str]) -> None:
     assert "does not exist" in result.stderr
 
 
-def test_up_takes_benchmark_settings_with_bench() -> None:
-    result = run_cli("up", NO_STACK, "--bench", "--bench-rate", "5", root=ROOT, timeout_s=60)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--request-rate", "5", "--max-concurrency", "2", "--num-prompts", "4"],
+        ["--dataset", "prefix-repetition", "--prefix-len", "64", "--output-len", "8"],
+    ],
+)
+def test_up_takes_bench_s_load_options_with_bench(args: list[str]) -> None:
+    result = run_cli("up", NO_STACK, "--bench", *args, root=ROOT, timeout_s=60)
     assert result.returncode == 1, result.stderr
     assert "does not exist" in result.stderr
+
+
+def test_the_drill_is_its_own_command_and_needs_a_fault() -> None:
+    result = run_cli("drill", NO_STACK, *FAULT, "--fault-duration-s", "30", root=ROOT, timeout_s=60)
+    assert result.returncode == 1, result.stderr
+    assert f"{NO_STACK}.yaml" in result.stderr
+    missing = run_cli("drill", NO_STACK, root=ROOT, timeout_s=60)
+    assert missing.returncode == 2
+    assert "Missing option '--fault'" in missing.stderr
+
+
+@pytest.mark.parametrize("option", ["--request-rate", "--preset", "--policies", "--down"])
+def test_the_drill_has_no_benchmark_options(option: str) -> None:
+    result = run_cli("drill", NO_STACK, *FAULT, option, "x", root=ROOT, timeout_s=60)
+    assert result.returncode == 2
+    assert f"No such option: {option}" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from generator.errors import SpecError, StackError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.render import render_stack
-from generator.runtimes.process import _passed_env
+from generator.runtimes.process_commands import _passed_env
 from generator.serializers.process_file import load_process_project
 from generator.spec.secret_shapes import names_a_secret
 from generator.stack import load_spec, parse_spec
