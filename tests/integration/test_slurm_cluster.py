@@ -312,10 +312,12 @@ def test_the_linuxproc_fallback_runs_steps_and_leaves_nothing(
 
 
 def test_a_start_that_fails_removes_what_it_made_and_stop_stays_safe(tmp_path: Path) -> None:
-    # munged (user munge) cannot reach a socket below pytest's tmp_path (0700, root's): the
+    # munged (user munge) cannot reach a socket below a folder only root may enter: the
     # failure the work root's permissions are there to prevent, after the network and the
     # cgroups were made.
-    cluster = SlurmCluster(work_root=tmp_path / "slurm")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    cluster = SlurmCluster(work_root=locked / "slurm")
     try:
         with pytest.raises(SlurmClusterError, match="munged did not open") as raised:
             cluster.start()
