@@ -14,12 +14,21 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from generator.docker import ComposeStack, ServiceState, docker_available
 from tests.conftest import cpu_1p1d_image
 from tests.integration.hosts import NetnsHosts, missing_tools, running_hosts
+from tests.integration.slurm_cluster import (
+    SlurmCluster,
+    SlurmClusterError,
+    SlurmUnavailable,
+    install_slurm,
+    remove_leftovers,
+)
+from tests.integration.slurm_cluster import missing_tools as missing_slurm_tools
 from tests.tools import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +39,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return
     skip = pytest.mark.skip(reason="no Docker engine answers (.ci/setup starts one)")
     for item in items:
-        if "integration" in str(item.fspath):
+        # The Slurm cluster's tests need no Docker engine (its own fixture says what they need).
+        if "integration" in str(item.fspath) and not item.path.name.startswith("test_slurm_"):
             item.add_marker(skip)
 
 
@@ -115,3 +125,32 @@ def netns_hosts() -> Iterator[NetnsHosts]:
 def router_image() -> str:
     """The cpu-1p1d router image (~300 MB, with Python)."""
     return cpu_1p1d_image("router")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A real Slurm cluster (tests/integration/slurm_cluster.py): nodes n1 and n2 idle, each
+    2 CPUs, 4000 MB and 2 fake h100 GPUs; removed after the session, also when tests fail.
+    Slurm is installed with apt when missing. Where no cluster can be had (not root, no apt,
+    a start that fails) the tests skip with the reason, or fail under XPYD_REQUIRE_ALL=1."""
+    missing = missing_slurm_tools()
+    if missing:
+        _skip_or_fail(f"a Slurm cluster needs {', '.join(missing)}")
+    try:
+        install_slurm()
+        if leftovers := remove_leftovers():
+            raise SlurmClusterError("\n".join(leftovers))
+        cluster = SlurmCluster()
+        cluster.start()
+    except (SlurmUnavailable, SlurmClusterError) as error:
+        _skip_or_fail(f"no Slurm cluster: {error}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _skip_or_fail(reason: str) -> NoReturn:
+    if os.environ.get("XPYD_REQUIRE_ALL"):
+        pytest.fail(f"{reason} (XPYD_REQUIRE_ALL=1 requires it)", pytrace=False)
+    pytest.skip(reason)
