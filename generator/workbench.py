@@ -73,6 +73,7 @@ def check_drift(plan: Plan, out: Path | None = None) -> list[str]:
 class RenderedHost:
     """One host's compose project of a rendered stack, and how to reach its Docker engine."""
 
+    stack: str
     host: str
     project: str
     compose_file: Path
@@ -110,6 +111,7 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
         processes = process_file if process_file.is_file() else None
         hosts.append(
             RenderedHost(
+                name,
                 host,
                 project,
                 path,

@@ -28,6 +28,7 @@ from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
 from generator.workflow.runner import TaskFailure
+from generator.workflow.runtimes import remove_hosts
 
 __all__ = ["ArmOptions", "LoadPoint", "remove_stack", "run_arm"]
 
@@ -93,9 +94,10 @@ def run_arm(
     return result, context
 
 
-def remove_stack(context: RunContext) -> None:
-    for stack in context.hosts.values():
-        stack.runtime.down()
+def remove_stack(context: RunContext, *, release: bool = True) -> None:
+    """Its services down; with ``release``, what it holds beyond them too (a Slurm job,
+    which a bench's later arms may still run in: the bench releases it at its end)."""
+    remove_hosts(context, release=release)
     context.reporter.event(EventLevel.DONE, f"{context.plan.stack}: removed")
 
 

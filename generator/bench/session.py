@@ -32,6 +32,7 @@ from generator.spec import Profile, Spec
 from generator.stack import baseline_spec
 from generator.stack_lock import holding
 from generator.workflow.report import EventLevel, Reporter
+from generator.workflow.runtimes import release
 
 __all__ = ["BenchJob", "check_fits", "describe_hardware", "load_points", "run_benchmark"]
 
@@ -101,22 +102,28 @@ def _run_benchmark(job: BenchJob, workspace: Workspace, reporter: Reporter) -> B
         job.plan.stack, job.preset.value, job.settings, describe_hardware(job.plan), job.folder
     )
     arms = job.arm_plans()
-    for index, (arm, plan) in enumerate(arms):
-        remove = index + 1 < len(arms) or job.down or job.baseline
-        result, context = run_arm(
-            arm,
-            plan,
-            job.arm_options,
-            workspace=workspace,
-            folder=job.folder,
-            reporter=reporter,
-            remove_if_down=remove,
-        )
-        report.arms.append(result)
-        write_report(report)  # what is measured so far survives a later failure
-        if remove:
-            reporter.event(EventLevel.INFO, f"{plan.stack}: removing it (frees its resources)")
-            remove_stack(context)
+    removed: list[Plan] = []  # what they hold beyond their services goes at the end
+    try:
+        for index, (arm, plan) in enumerate(arms):
+            remove = index + 1 < len(arms) or job.down or job.baseline
+            result, context = run_arm(
+                arm,
+                plan,
+                job.arm_options,
+                workspace=workspace,
+                folder=job.folder,
+                reporter=reporter,
+                remove_if_down=remove,
+            )
+            report.arms.append(result)
+            write_report(report)  # what is measured so far survives a later failure
+            if remove:
+                reporter.event(EventLevel.INFO, f"{plan.stack}: removing it (frees its resources)")
+                remove_stack(context, release=False)  # a later arm may run in its Slurm job
+                removed.append(plan)
+    finally:
+        for plan in removed:
+            release(plan.runtime, plan.stack, workspace)
     report.plots = draw_plots(report)
     write_report(report)
     return report

@@ -318,7 +318,7 @@ def run_bench(run: StackRun, load: LoadOptions, options: BenchOptions, arms: Arm
     from generator.paths import find_workspace
     from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
-    from generator.workflow.runtimes import runtime_driver
+    from generator.workflow.runtimes import placed_overrides, runtime_driver
 
     if run.run_id is not None:
         check_run_id(run.run_id)
@@ -326,8 +326,12 @@ def run_bench(run: StackRun, load: LoadOptions, options: BenchOptions, arms: Arm
     job = _job(run, load, options, arms, workspace)
     job.arm_plans()  # every arm's spec and plan checked before anything starts
     runtime_driver(job.plan.runtime).require()
+    reporter = ConsoleReporter()
+    if placed := placed_overrides(job.plan, workspace, reporter):  # a Slurm job's nodes
+        placed_run = replace(run, overrides=(*run.overrides, *placed))
+        job = _job(placed_run, load, options, arms, workspace)
     job = replace(job, folder=claim_run_dir(workspace.root, f"{job.plan.stack}-bench", run.run_id))
-    _print(run_benchmark(job, workspace, ConsoleReporter()))
+    _print(run_benchmark(job, workspace, reporter))
 
 
 def _job(

@@ -126,7 +126,7 @@ def run_drill_command(run: StackRun, options: DrillOptions) -> None:
     from generator.workbench import load_plan
     from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
-    from generator.workflow.runtimes import runtime_driver
+    from generator.workflow.runtimes import placed_overrides, runtime_driver
 
     if run.run_id is not None:
         check_run_id(run.run_id)
@@ -134,6 +134,9 @@ def run_drill_command(run: StackRun, options: DrillOptions) -> None:
     plan = load_plan(run.stack, run.overrides, workspace)
     fault = _check_fault(plan, options)
     runtime_driver(plan.runtime).require()
+    reporter = ConsoleReporter()
+    if placed := placed_overrides(plan, workspace, reporter):  # a Slurm job's nodes
+        plan = load_plan(run.stack, [*run.overrides, *placed], workspace)
     folder = claim_run_dir(workspace.root, f"{plan.stack}-fault", run.run_id)
     result = run_drill(
         plan,
@@ -141,7 +144,7 @@ def run_drill_command(run: StackRun, options: DrillOptions) -> None:
         _load(plan, options),
         workspace=workspace,
         folder=folder,
-        reporter=ConsoleReporter(),
+        reporter=reporter,
         wait_scale=run.wait_scale,
         rebuild=run.rebuild,
     )

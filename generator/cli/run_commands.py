@@ -119,15 +119,19 @@ def up(
     from generator.workflow import up_stack
     from generator.workflow.context import RunOptions
     from generator.workflow.run import make_context
-    from generator.workflow.runtimes import runtime_driver
+    from generator.workflow.runtimes import placed_overrides, runtime_driver
 
     if not bench:
         refuse_unused(
             ctx, LOAD_OPTIONS, mode="without --bench", reason="it sets the benchmark --bench runs"
         )
     load = LoadOptions.of(ctx).one_point()
-    plan = load_plan(stack, [*(set_ or []), *runtime_overrides(runtime, python)])
+    overrides = [*(set_ or []), *runtime_overrides(runtime, python)]
+    plan = load_plan(stack, overrides)
     runtime_driver(plan.runtime).require()
+    workspace, reporter = find_workspace(), ConsoleReporter()
+    if placed := placed_overrides(plan, workspace, reporter):  # a Slurm job's nodes
+        plan = load_plan(stack, [*overrides, *placed], workspace)
     options = RunOptions(
         rebuild=rebuild,
         bench=bench,
@@ -136,7 +140,7 @@ def up(
         wait_scale=wait_scale,
         bench_settings=bench_settings(load, Preset.SMOKE),
     )
-    context = make_context(plan, find_workspace(), options, run_id, ConsoleReporter())
+    context = make_context(plan, workspace, options, run_id, reporter)
     up_stack(context, start_from=start_from)
     success(f"{plan.stack}: up, verdict PASS (record: {context.run_dir / 'run.json'})")
 
@@ -155,13 +159,15 @@ def down(
     from generator.paths import find_workspace
     from generator.stack_lock import holding
     from generator.workbench import rendered_name
-    from generator.workflow.runtimes import rendered_stacks
+    from generator.workflow.runtimes import release, rendered_runtime_kind, rendered_stacks
 
-    name = rendered_name(stack)
-    with holding(find_workspace().root, name, f"down {name}"):
+    name, workspace = rendered_name(stack), find_workspace()
+    with holding(workspace.root, name, f"down {name}"):
         for host_name, compose in rendered_stacks(stack, host=host):
             compose.down(volumes=volumes)
             success(f"removed {compose.project} on {host_name}")
+        if host is None:  # the whole stack is down: what it holds beyond its services goes
+            release(rendered_runtime_kind(stack), name, workspace)
 
 
 def status(stack: StackArg, host: HostOpt = None) -> None:

@@ -50,8 +50,9 @@ RuntimeOpt = Annotated[
     str | None,
     typer.Option(
         "--runtime",
-        help="compose (Docker) or process (local processes, no Docker: HPC nodes, bare metal); "
-        "default: the spec's runtime. Same as --set runtime=...",
+        help="compose (Docker), process (local processes, no Docker: HPC nodes, bare metal) "
+        "or slurm (a Slurm job: each host a node, each service a job step); default: the "
+        "spec's runtime. Same as --set runtime=...",
         show_default=False,
     ),
 ]

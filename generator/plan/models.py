@@ -30,6 +30,7 @@ from generator.spec import (
     Profile,
     RecoverySpec,
     Runtime,
+    SlurmSpec,
 )
 
 __all__ = [
@@ -143,6 +144,7 @@ class Plan(Frozen):
     # plans read as before.
     runtime: Runtime = Field(Runtime.COMPOSE, exclude_if=lambda value: value is Runtime.COMPOSE)
     process: ProcessSpec | None = Field(None, exclude_if=lambda value: value is None)
+    slurm: SlurmSpec | None = Field(None, exclude_if=lambda value: value is None)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     network: Network
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)

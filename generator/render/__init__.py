@@ -15,6 +15,7 @@ from generator.paths import Workspace
 from generator.plan import Plan
 from generator.render.images import ImageBuild, plan_images, pulled_images
 from generator.render.manifest import MANIFEST_NAME, manifest_text
+from generator.render.slurm_job import JOB_SCRIPT, job_script
 from generator.runtimes.kinds import runtime_kind
 from generator.serializers.compose import ComposeProject, compose_projects
 from generator.serializers.process import ProcessProject, process_projects
@@ -41,7 +42,8 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
     built = {i.role: image_ref(i.tag, i.dockerfile) for i in images}
     deployment = build_deployment(plan, pulled_images(plan) | built)
     projects = compose_projects(deployment)
-    processes = process_projects(deployment) if runtime_kind(plan.runtime).process_plans else []
+    runtime = runtime_kind(plan.runtime)
+    processes = process_projects(deployment) if runtime.process_plans(plan) else []
     compose_dir = PurePosixPath("compose") / plan.stack
     images_dir = PurePosixPath("images") / plan.stack
     files: dict[PurePosixPath, str] = {image.dockerfile: image.text for image in images}
@@ -51,6 +53,8 @@ def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
             files[project.directory / relative] = text
     for process in processes:
         files[process.plan_file] = process.text
+    if runtime.job_script:
+        files[compose_dir / JOB_SCRIPT] = job_script(plan, workspace)
     files[compose_dir / "plan.json"] = plan.model_dump_json(indent=2) + "\n"
     for folder in (compose_dir, images_dir):
         listed = [path.relative_to(folder) for path in files if folder in path.parents]

@@ -1,6 +1,7 @@
 """The one jinja2 environment: StrictUndefined, so a missing value fails the render.
 
-Two filters put spec values into Dockerfiles safely. ``exec_form`` writes a JSON array
+Three filters put spec values into Dockerfiles and scripts safely (``shell_word``: one word
+of a shell command, quoted as it must be). ``exec_form`` writes a JSON array
 (COPY/RUN/CMD without a shell: a value stays one argument, whatever it holds).
 ``arg_value`` guards ARG defaults, which Docker splits on whitespace and expands ``$`` in:
 the spec's types already refuse such values, and the filter fails a render that would
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -50,6 +52,7 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
     )
     environment.filters["exec_form"] = exec_form
     environment.filters["arg_value"] = arg_value
+    environment.filters["shell_word"] = shlex.quote  # one word in a shell script
     return environment
 
 

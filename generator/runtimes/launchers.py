@@ -9,14 +9,23 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
-from generator.runtimes.groups import spawn, spawn_service
+from generator.runtimes.groups import spawn, spawn_service, stop_group
+from generator.runtimes.process_state import ServiceEntry
 
 __all__ = ["LOCAL", "Launcher", "LocalLauncher"]
 
 
 class Launcher(Protocol):
-    # Cores are pinned with taskset from the plan's own ids (False: the launcher binds).
-    pins_cores: bool
+    @property
+    def pins_cores(self) -> bool:
+        """Cores are pinned with taskset from the plan's own ids (False: the launcher binds)."""
+        ...
+
+    @property
+    def local(self) -> bool:
+        """The processes started here are the services themselves (their ports and CPU time
+        are theirs); False where they are the clients of steps elsewhere."""
+        ...
 
     def start(self, argv: list[str], env: dict[str, str], cwd: Path, log: int) -> int:
         """A service that outlives its caller, output appended to ``log``: the PID of the local
@@ -36,9 +45,14 @@ class Launcher(Protocol):
         """A one-off run the caller waits for (the benchmark), in a session of its own."""
         ...
 
+    def stop(self, name: str, entry: ServiceEntry, grace_s: float) -> None:
+        """Ends service ``name`` (its state entry): SIGTERM, SIGKILL after ``grace_s``."""
+        ...
+
 
 class LocalLauncher:
     pins_cores = True
+    local = True
 
     def start(self, argv: list[str], env: dict[str, str], cwd: Path, log: int) -> int:
         return spawn_service(argv, env, cwd, log)
@@ -55,6 +69,9 @@ class LocalLauncher:
         self, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: int, stderr: int
     ) -> subprocess.Popen[bytes]:
         return spawn(argv, env, cwd, stdout=stdout, stderr=stderr)
+
+    def stop(self, name: str, entry: ServiceEntry, grace_s: float) -> None:
+        stop_group(entry, grace_s=grace_s)
 
 
 LOCAL: Launcher = LocalLauncher()

@@ -44,7 +44,6 @@ from generator.runtimes.groups import (
     create_time,
     group_of,
     listening,
-    stop_group,
 )
 from generator.runtimes.launchers import LOCAL, Launcher
 from generator.runtimes.process_commands import Pythons, ServiceCommands
@@ -156,7 +155,7 @@ class ProcessStack:
             if entry is not None and alive(entry):
                 if entry.definition == self.commands.definition(service):
                     continue
-                stop_group(entry, grace_s=_grace_s(self._plan, name))
+                self.launcher.stop(name, entry, _grace_s(self._plan, name))
                 self._health.pop(name, None)
             state = state.with_service(name, self._start(service))
             self._save(state)
@@ -166,7 +165,7 @@ class ProcessStack:
         state = self._state()
         for name in services:
             if (entry := state.services.get(name)) is not None:
-                stop_group(entry, grace_s=_grace_s(self._plan, name))
+                self.launcher.stop(name, entry, _grace_s(self._plan, name))
             self._health.pop(name, None)
             state = state.with_service(name, self._start(self._plan.service(name)))
             self._save(state)
@@ -179,6 +178,7 @@ class ProcessStack:
         env = self.commands.environment(service) | {
             "XPYD_EXIT_FILE": str(self._file(service.name, ".exit")),
             "XPYD_RESTARTS_FILE": str(self._file(service.name, ".restarts")),
+            "XPYD_SERVICE": service.name,
             MARKER_ENV: marker,
         }
         argv = ["/bin/sh", "-c", _KEEP_STATUS, "xpyd-service"]
@@ -223,7 +223,7 @@ class ProcessStack:
             "running" if running else "exited",
             health,
             None if running else self._exit_code(name),
-            listening(entry) if running else (),
+            listening(entry) if running and self.launcher.local else (),
             restarts=restarts,
             last_exit=last_exit,
             started_at=entry.started if running else None,
@@ -314,6 +314,8 @@ class ProcessStack:
             time.sleep(0.5)
 
     def cpu_percentages(self) -> dict[str, float]:
+        if not self.launcher.local:
+            return {}  # the services run elsewhere: nothing here to measure
         entries = self._state().services
         groups = {name: group_of(entry) for name, entry in entries.items() if alive(entry)}
         before = {name: cpu_seconds(members) for name, members in groups.items()}
@@ -381,7 +383,7 @@ class ProcessStack:
     def remove_oneoff(self, name: str) -> None:
         state = self._state()
         if (entry := state.services.get(name)) is not None:
-            stop_group(entry, grace_s=5.0)
+            self.launcher.stop(name, entry, 5.0)
             self._save(state.without(name))
 
     # --- stopping -----------------------------------------------------------------------
@@ -393,7 +395,7 @@ class ProcessStack:
         running = state.services if state else {}
         order = [s.name for s in self._plan.services if s.name in running]
         for name in [*sorted(set(running) - set(order)), *reversed(order)]:
-            stop_group(running[name], grace_s=_grace_s(self._plan, name))
+            self.launcher.stop(name, running[name], _grace_s(self._plan, name))
         self._health.clear()
         names = {*running, *(s.name for s in self._plan.services)}
         for name in sorted(names):
@@ -431,12 +433,17 @@ class ProcessOneOff:
 
 
 def rendered_process_stack(
-    plan_file: Path, root: Path, pythons: Pythons, isolation: Isolation
+    plan_file: Path,
+    root: Path,
+    pythons: Pythons,
+    isolation: Isolation,
+    *,
+    launcher: Launcher = LOCAL,
 ) -> ProcessStack:
     """A rendered host's processes as `up` left them (from another shell): its plan file read
     back, and the Pythons and isolation its rendered plan names."""
     project = load_process_project(plan_file, root)
-    return ProcessStack(project, root, pythons, isolation=isolation)
+    return ProcessStack(project, root, pythons, isolation=isolation, launcher=launcher)
 
 
 def _text(path: Path) -> str:

@@ -186,6 +186,8 @@ def _hosts(spec: Spec) -> Iterator[SpecIssue]:
     for attr in ("name", "address"):
         seen: set[str] = set()
         for index, host in enumerate(spec.hosts):
+            if attr not in host.model_fields_set and attr == "address":
+                continue  # not written: the runtime's to require or to bind (a Slurm node's)
             # Addresses compare as peers reach them: case, a trailing dot, localhost.
             value = getattr(host, attr)
             key = machine_address(value) if attr == "address" else value

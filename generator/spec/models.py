@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     model_serializer,
     model_validator,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "RouterSpec",
     "Runtime",
     "SidedPolicy",
+    "SlurmSpec",
     "Spec",
     "TokenSource",
     "Topology",
@@ -125,12 +127,15 @@ class GpuAccess(StrEnum):
 
 
 class Runtime(StrEnum):
-    """What runs the services: both read the same neutral service model."""
+    """What runs the services: all read the same neutral service model."""
 
     COMPOSE = "compose"  # Docker Compose, one project per host, built images
     # Local processes, no Docker (HPC nodes, bare-metal runners, a GPU host without Docker):
     # a Python with the stack's lock (`python -m generator env`), host networking, one host.
     PROCESS = "process"
+    # A Slurm allocation: each host a node of one job, each service a job step on its node
+    # (srun), from Pythons on a filesystem every node sees; host networking.
+    SLURM = "slurm"
 
 
 class Isolation(StrEnum):
@@ -162,6 +167,32 @@ class ProcessSpec(StrictModel):
         None, description="the router's Python (images/locks/router.txt); default: the env's"
     )
     isolation: Annotated[Isolation, Lax] = Isolation.PLAIN
+
+
+SlurmName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class SlurmSpec(StrictModel):
+    """The Slurm runtime's settings (runtime: slurm, or up --runtime slurm): what the job asks
+    of the cluster. Each host of the spec is one node of the job."""
+
+    partition: SlurmName | None = Field(
+        None, description="sbatch --partition; default: the cluster's"
+    )
+    account: SlurmName | None = Field(None, description="sbatch --account; default: yours")
+    time_limit_min: int = Field(
+        60, ge=1, le=30 * 24 * 60, description="sbatch --time, minutes: the stack ends with the job"
+    )
+    wait_s: int = Field(
+        600, ge=10, le=7 * 24 * 3600, description="how long up waits for the job to start"
+    )
+    job_id: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 40,
+        description="the job to run in (an salloc of yours); default: the job up runs inside, "
+        "else one up submits. up sets it, with each host's address, once the job runs",
+    )
 
 
 class RecoverySpec(StrictModel):
@@ -494,6 +525,7 @@ class Spec(StrictModel):
     profile: Annotated[Profile, Lax] = Profile.GPU
     runtime: Annotated[Runtime, Lax] = Runtime.COMPOSE
     process: ProcessSpec = Field(default_factory=ProcessSpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     model: ModelSpec
     prefill: GroupSpec = Field(default_factory=GroupSpec)
     decode: GroupSpec = Field(default_factory=GroupSpec)

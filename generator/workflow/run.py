@@ -17,7 +17,7 @@ from generator.workflow.graph import Graph
 from generator.workflow.records import RunRecord, claim_run_dir, new_run_id
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.runner import TaskFailure, run_graph
-from generator.workflow.runtimes import host_stacks
+from generator.workflow.runtimes import host_stacks, remove_hosts
 
 __all__ = ["check_run_id", "dag_of", "make_context", "up_stack"]
 
@@ -99,8 +99,7 @@ def _interrupted(context: RunContext) -> None:
     context.reporter.event(
         EventLevel.FAILED, "interrupted: removing the stack's containers so nothing is left running"
     )
-    for stack in context.hosts.values():
-        stack.runtime.down()
+    remove_hosts(context)
 
 
 def _report_failure(context: RunContext, failure: TaskFailure) -> None:

@@ -23,6 +23,7 @@ SHIPPED = [
     "cpu-faults",
     "cpu-lmcache-pd",
     "cpu-p2p",
+    "cpu-slurm",
     "xpyd",
     "xpyd-1gpu",
     "xpyd-lmcache-1gpu",

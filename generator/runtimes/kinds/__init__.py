@@ -9,14 +9,14 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from generator.errors import SpecIssue
-from generator.runtimes.kinds import compose, process
+from generator.runtimes.kinds import compose, process, slurm
 from generator.runtimes.kinds.base import RuntimeKind
 from generator.spec import Runtime, Spec
 
 __all__ = ["RUNTIME_KINDS", "RuntimeKind", "runtime_issues", "runtime_kind"]
 
 RUNTIME_KINDS: Mapping[Runtime, RuntimeKind] = MappingProxyType(
-    {unit.kind: unit for unit in (compose.UNIT, process.UNIT)}
+    {unit.kind: unit for unit in (compose.UNIT, process.UNIT, slurm.UNIT)}
 )
 
 
@@ -25,4 +25,14 @@ def runtime_kind(kind: Runtime) -> RuntimeKind:
 
 
 def runtime_issues(spec: Spec) -> Iterator[SpecIssue]:
-    yield from runtime_kind(spec.runtime).check_spec(spec)
+    """Sections another runtime reads, then the stack's own runtime's rules."""
+    unit = runtime_kind(spec.runtime)
+    readers = {section: kind for kind in RUNTIME_KINDS.values() for section in kind.sections}
+    for section, reader in sorted(readers.items()):
+        if section in spec.model_fields_set and section not in unit.sections:
+            yield SpecIssue(
+                section,
+                f"is read by the {reader.kind.value} runtime only (runtime is {unit.kind.value})",
+                f"remove the {section} section, or set runtime: {reader.kind.value}",
+            )
+    yield from unit.check_spec(spec)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from generator.errors import SpecIssue
+from generator.plan import Plan
 from generator.spec import Runtime, Spec
 
 __all__ = ["RuntimeKind"]
@@ -21,9 +22,15 @@ class RuntimeKind(Protocol):
     # Every service is on its host's own network (no bridge to give them names): services
     # reach each other by host address, and the planner plans host networking.
     host_network: bool
-    # Render writes each host's process plan (processes.yaml): what the runtime starts, as
-    # commands, environments and paths instead of containers.
-    process_plans: bool
+    # Render writes a job script for the cluster's scheduler (compose/<stack>/job.sbatch).
+    job_script: bool
+    # The spec's sections it reads (process, slurm); another runtime's are refused.
+    sections: tuple[str, ...]
+
+    def process_plans(self, plan: Plan) -> bool:
+        """Whether render writes each host's process plan (processes.yaml): what the runtime
+        starts, as commands, environments and paths instead of containers."""
+        ...
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         """The spec's settings this runtime cannot honour, or honours only with others."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.errors import SpecIssue
+from generator.plan import Plan
 from generator.spec import Runtime, Spec
 
 __all__ = ["UNIT"]
@@ -15,15 +16,23 @@ class _Compose:
     kind = Runtime.COMPOSE
     containers = True
     host_network = False  # a bridge on one host; the planner chooses host networking for more
-    process_plans = False
+    job_script = False
+    sections: tuple[str, ...] = ()
+
+    def process_plans(self, plan: Plan) -> bool:
+        return False
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
-        if "process" in spec.model_fields_set:
-            yield SpecIssue(
-                "process",
-                "is read by the process runtime only (runtime is compose)",
-                "remove the process section, or set runtime: process",
-            )
+        if len(spec.hosts) < 2:
+            return
+        for index, host in enumerate(spec.hosts):
+            if "address" not in host.model_fields_set:
+                yield SpecIssue(
+                    f"hosts[{index}].address",
+                    "is needed on a stack of several hosts: the others reach this host's "
+                    "services there",
+                    "give each host the address the hosts reach each other at",
+                )
 
 
 UNIT = _Compose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.errors import SpecIssue
+from generator.plan import Plan
 from generator.spec import Isolation, Profile, Runtime, Spec
 
 __all__ = ["UNIT"]
@@ -16,7 +17,11 @@ class _Process:
     kind = Runtime.PROCESS
     containers = False
     host_network = True  # there is no bridge between processes
-    process_plans = True
+    job_script = False
+    sections: tuple[str, ...] = ("process",)
+
+    def process_plans(self, plan: Plan) -> bool:
+        return True
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         if len(spec.hosts) > 1:

@@ -14,19 +14,59 @@ from generator.plan import Plan
 from generator.render import RenderedStack
 from generator.runtimes import ServiceRuntime
 from generator.spec import Runtime
+from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
-from generator.workflow.runtimes import compose, process
+from generator.workflow.report import Reporter
+from generator.workflow.runtimes import compose, process, slurm
 from generator.workflow.runtimes.base import RuntimeDriver
 
-__all__ = ["RUNTIME_DRIVERS", "RuntimeDriver", "host_stacks", "rendered_stacks", "runtime_driver"]
+__all__ = [
+    "RUNTIME_DRIVERS",
+    "RuntimeDriver",
+    "host_stacks",
+    "placed_overrides",
+    "release",
+    "remove_hosts",
+    "rendered_runtime_kind",
+    "rendered_stacks",
+    "runtime_driver",
+]
 
 RUNTIME_DRIVERS: Mapping[Runtime, RuntimeDriver] = MappingProxyType(
-    {driver.kind: driver for driver in (compose.DRIVER, process.DRIVER)}
+    {driver.kind: driver for driver in (compose.DRIVER, process.DRIVER, slurm.DRIVER)}
 )
 
 
 def runtime_driver(kind: Runtime) -> RuntimeDriver:
     return RUNTIME_DRIVERS[kind]
+
+
+def placed_overrides(plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
+    """Spec overrides that put each host where its runtime placed it (a Slurm job's nodes,
+    asked for and waited for now); [] where the spec already says where each host is. Make
+    the plan again with them before a stack starts."""
+    return runtime_driver(plan.runtime).place(plan, workspace, reporter)
+
+
+def rendered_runtime_kind(stack: str) -> Runtime:
+    """The runtime a rendered stack was rendered for (its plan.json)."""
+    from generator.workbench import rendered_projects
+
+    return rendered_projects(stack)[0].runtime
+
+
+def remove_hosts(context: RunContext, *, release: bool = True) -> None:
+    """Every host's services down, then (``release``) what the stack holds beyond them (a
+    Slurm job)."""
+    for stack in context.hosts.values():
+        stack.runtime.down()
+    if release:
+        runtime_driver(context.plan.runtime).release(context.plan.stack, context.workspace)
+
+
+def release(plan_runtime: Runtime, stack: str, workspace: Workspace) -> None:
+    """What a stack holds beyond its services (a Slurm job), once they are down."""
+    runtime_driver(plan_runtime).release(stack, workspace)
 
 
 def host_stacks(plan: Plan, rendered: RenderedStack, workspace: Workspace) -> dict[str, HostStack]:

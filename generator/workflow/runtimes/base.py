@@ -13,6 +13,7 @@ from generator.spec import Runtime
 from generator.workflow.builder import GraphBuilder
 from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
+from generator.workflow.report import Reporter
 from generator.workflow.task import Task
 
 if TYPE_CHECKING:
@@ -27,6 +28,16 @@ class RuntimeDriver(Protocol):
     def require(self) -> None:
         """What must be there before a stack is planned to start (compose: a Docker engine),
         as one clear error."""
+        ...
+
+    def place(self, plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
+        """Where each host is, when the runtime learns it only now (a Slurm job's nodes,
+        asked for and waited for here): spec overrides that say so, for the plan to be made
+        again with them; [] where the spec already says it."""
+        ...
+
+    def release(self, stack: str, workspace: Workspace) -> None:
+        """What the stack holds beyond its services, once they are down (a Slurm job)."""
         ...
 
     def host_stacks(

@@ -16,7 +16,7 @@ from generator.workflow.builder import MINUTE, GraphBuilder
 from generator.workflow.context import RunContext
 from generator.workflow.engines import endpoint_of, host_endpoints
 from generator.workflow.hosts import HostStack
-from generator.workflow.report import EventLevel
+from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.runtimes.docker_host import DockerHost
 from generator.workflow.steps import images
 from generator.workflow.steps.prepare import doctor_checks
@@ -39,6 +39,12 @@ class _ComposeDriver:
         from generator.docker import require_docker
 
         require_docker()
+
+    def place(self, plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
+        return []  # the spec says where each host is
+
+    def release(self, stack: str, workspace: Workspace) -> None:
+        return None  # nothing beyond the services
 
     def host_stacks(
         self, plan: Plan, rendered: RenderedStack, workspace: Workspace

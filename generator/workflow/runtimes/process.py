@@ -16,6 +16,7 @@ from generator.spec import Isolation, ProcessSpec, Profile, Runtime
 from generator.workflow.builder import MINUTE, GraphBuilder
 from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
+from generator.workflow.report import Reporter
 from generator.workflow.steps.prepare import doctor_checks
 from generator.workflow.steps.pythons import check_pythons
 from generator.workflow.task import Task
@@ -47,6 +48,12 @@ class _ProcessDriver:
 
     def require(self) -> None:
         return None  # no engine: the Pythons are made or checked by prepare-env
+
+    def place(self, plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
+        return []  # the spec says where each host is
+
+    def release(self, stack: str, workspace: Workspace) -> None:
+        return None  # nothing beyond the services
 
     def host_stacks(
         self, plan: Plan, rendered: RenderedStack, workspace: Workspace

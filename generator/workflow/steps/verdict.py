@@ -7,6 +7,7 @@ from collections.abc import Collection
 
 from generator.errors import StackError
 from generator.workflow.context import RunContext
+from generator.workflow.runtimes import remove_hosts
 from generator.workflow.task import SkipTask
 
 __all__ = ["bench", "down", "smoke"]
@@ -58,6 +59,5 @@ def bench(context: RunContext) -> str:
 def down(context: RunContext) -> str:
     if not context.options.down and not context.failed():
         raise SkipTask("nothing failed; stack kept (use --down to remove it)")
-    for stack in context.hosts.values():
-        stack.runtime.down()
-    return f"containers and networks removed on {', '.join(context.hosts)}"
+    remove_hosts(context)
+    return f"services removed on {', '.join(context.hosts)}"

@@ -1,0 +1,58 @@
+"""Slurm: one job for the stack, each host of the spec one node of its allocation, each service
+a job step on its node (srun) run from Pythons on a filesystem every node sees, with host
+networking (generator/workflow/runtimes/slurm.py). Where each host is becomes known only
+inside the allocation: `up` binds the hosts to the job's nodes and their addresses then."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from generator.errors import SpecIssue
+from generator.plan import Plan
+from generator.spec import Isolation, Runtime, Spec
+
+__all__ = ["UNIT"]
+
+
+class _Slurm:
+    kind = Runtime.SLURM
+    containers = False
+    host_network = True  # steps run in their node's network; no bridge between nodes
+    job_script = True  # compose/<stack>/job.sbatch: the stack as a job users submit
+    sections: tuple[str, ...] = ("process", "slurm")
+
+    def process_plans(self, plan: Plan) -> bool:
+        """Only once the hosts are bound to a job's nodes: before, no host has its address."""
+        return plan.slurm is not None and plan.slurm.job_id is not None
+
+    def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
+        for index, host in enumerate(spec.hosts):
+            if host.docker is not None:
+                yield SpecIssue(
+                    f"hosts[{index}].docker",
+                    "the slurm runtime uses no Docker engine",
+                    "remove hosts[].docker, or set runtime: compose",
+                )
+            if "address" in host.model_fields_set and spec.slurm.job_id is None:
+                yield SpecIssue(
+                    f"hosts[{index}].address",
+                    "is the address of the node Slurm allocates for this host, known only once "
+                    "the job runs",
+                    "remove hosts[].address: up binds each host to a node of the job (and sets "
+                    "slurm.job_id with the addresses)",
+                )
+        if spec.process.isolation is Isolation.CONTAINER:
+            yield SpecIssue(
+                "process.isolation",
+                "Slurm confines each step itself (its cgroup's cores and devices)",
+                "remove process.isolation (plain)",
+            )
+        if spec.observe.enabled:
+            yield SpecIssue(
+                "observe.enabled",
+                "the slurm runtime does not run Prometheus, Grafana or a collector yet",
+                "use runtime: compose, or set observe.enabled: false",
+            )
+
+
+UNIT = _Slurm()

@@ -1,0 +1,269 @@
+"""The Slurm runtime's driver. One allocation for the stack: the job `up` runs inside (an sbatch
+script, SLURM_JOB_ID), the job the spec names (slurm.job_id: an salloc of yours), or one `up`
+submits (whole nodes, one per host that runs something; its batch step only holds the
+allocation). Once it runs, each host is bound to a node of it, in order, and the plan is made
+again with the nodes' addresses; every service then runs as a job step on its node (srun),
+from the process runtime's plan and Pythons (on a filesystem every node sees), supervised and
+tracked as the process runtime does. `down` ends the steps, then cancels the job it submitted.
+
+Why one allocation of alike nodes rather than a heterogeneous job: the hosts of a P/D stack ask
+the same of each node (its GPUs, its cores), and steps can then go to any node of the job; a
+heterogeneous job (a component per host) would only be needed where hosts differ."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from generator.errors import XpydError
+from generator.owned import owned_dir
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.render import RenderedStack
+from generator.runtimes import ServiceRuntime
+from generator.runtimes.process import ProcessStack, rendered_process_stack
+from generator.runtimes.slurm_job import (
+    SLURM_DIR,
+    BoundHost,
+    SlurmJob,
+    read_job,
+    remove_job,
+    write_job,
+)
+from generator.runtimes.slurm_launcher import SrunLauncher
+from generator.slurm import (
+    JobState,
+    cancel,
+    job_name,
+    job_request,
+    job_state,
+    missing_commands,
+    node_addresses,
+    submit,
+)
+from generator.spec import Isolation, Profile, Runtime, SlurmSpec
+from generator.workflow.builder import MINUTE, GraphBuilder
+from generator.workflow.context import RunContext
+from generator.workflow.hosts import HostStack
+from generator.workflow.report import EventLevel, Reporter
+from generator.workflow.runtimes.process import plan_pythons, settings_pythons
+from generator.workflow.steps.pythons import check_pythons
+from generator.workflow.task import Task
+
+if TYPE_CHECKING:
+    from generator.workbench import RenderedHost
+
+__all__ = ["DRIVER", "HOLD_COMMAND"]
+
+HOLD_COMMAND = "exec sleep infinity"  # the batch step of a job up submits: it holds the nodes
+_POLL_S = 1.0
+_SAY_EVERY_S = 15.0
+
+
+class _SlurmDriver:
+    kind = Runtime.SLURM
+
+    def require(self) -> None:
+        missing = missing_commands()
+        if missing:
+            raise XpydError(
+                f"the slurm runtime runs Slurm's client commands; {', '.join(missing)} not on PATH",
+                hint="run it on a login node of the cluster (module load slurm, where it is one)",
+            )
+
+    def place(self, plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
+        hosts = [host.name for host in plan.hosts if host.services]
+        settings = plan.slurm or SlurmSpec()
+        job_id, submitted = _allocation(plan, workspace, reporter)
+        state = _wait_running(job_id, settings.wait_s, reporter, cancel_on_timeout=submitted)
+        if len(state.nodes) < len(hosts):
+            raise XpydError(
+                f"Slurm job {job_id} runs on {len(state.nodes)} node(s), and {plan.stack} has "
+                f"{len(hosts)} hosts that run services",
+                hint="run it in a job with a node per host (or leave slurm.job_id out)",
+            )
+        addresses = node_addresses(state.nodes[: len(hosts)])
+        bound = tuple(
+            BoundHost(host=host, node=node, address=addresses[node])
+            for host, node in zip(hosts, state.nodes, strict=False)
+        )
+        write_job(workspace.root, plan.stack, SlurmJob(job_id=job_id, submitted=submitted,
+                                                       hosts=bound))  # fmt: skip
+        where = ", ".join(f"{b.host} on {b.node} ({b.address})" for b in bound)
+        reporter.event(EventLevel.INFO, f"Slurm job {job_id}: {where}")
+        index = {host.name: number for number, host in enumerate(plan.hosts)}
+        return [f"slurm.job_id={job_id}"] + [
+            f"hosts.{index[b.host]}.address={b.address}" for b in bound
+        ]
+
+    def release(self, stack: str, workspace: Workspace) -> None:
+        job = read_job(workspace.root, stack)
+        if job is None:
+            return
+        if job.submitted:
+            cancel(job.job_id)
+        remove_job(workspace.root, stack)
+
+    def host_stacks(
+        self, plan: Plan, rendered: RenderedStack, workspace: Workspace
+    ) -> dict[str, HostStack]:
+        job = _recorded_job(plan.stack, workspace, plan.slurm) or _job_of_plan(plan, workspace)
+        services = {host.host: host for host in rendered.deployment.hosts}
+        pythons = plan_pythons(plan, workspace)
+        stacks: dict[str, HostStack] = {}
+        for process in rendered.processes:
+            host = plan.host(process.host)
+            launcher = _launcher(job, host.name, process.name, _gpus(plan, host.gpus))
+            runtime = ProcessStack(process, workspace.root, pythons, launcher=launcher)
+            stacks[host.name] = HostStack(host, services[host.name], runtime)
+        return stacks
+
+    def preflight(self, context: RunContext) -> str:
+        job = _bound_job(context.plan.stack, context.workspace, context.plan.slurm)
+        state = job_state(job.job_id)
+        if state is None or not state.running:
+            raise XpydError(
+                f"Slurm job {job.job_id} is not running ({state.state if state else 'gone'})",
+                hint=f"python -m generator up {context.plan.stack} --runtime slurm submits anew",
+            )
+        nodes = ", ".join(f"{b.host} on {b.node}" for b in job.hosts)
+        return f"Slurm job {job.job_id} running: {nodes}"
+
+    def prepare(self, g: GraphBuilder, after: Task) -> tuple[Task, Task]:
+        ready = g.add(
+            "prepare-env",
+            check_pythons,
+            "the Pythons the steps run with (on a filesystem every node sees), made where "
+            "missing, answer; the synthetic model, made once",
+            30 * MINUTE,
+            after,
+        )
+        return ready, ready
+
+    def deliver(self, g: GraphBuilder, host: str, after: list[Task]) -> Task | None:
+        return None  # every node sees the workspace
+
+    def rendered_runtime(self, rendered: RenderedHost, workspace: Workspace) -> ServiceRuntime:
+        if rendered.process_file is None:
+            raise XpydError(
+                f"{rendered.compose_file.parent} has no processes.yaml",
+                hint="up the stack with --runtime slurm again",
+            )
+        job = _bound_job(rendered.stack, workspace, None)
+        # From another shell only checks, signals and stops run: none needs the node's GPUs.
+        launcher = _launcher(job, rendered.host, rendered.project, 0)
+        pythons = settings_pythons(rendered.process, rendered.profile, workspace)
+        return rendered_process_stack(
+            rendered.process_file, workspace.root, pythons, Isolation.PLAIN, launcher=launcher
+        )
+
+
+def _launcher(job: SlurmJob, host: str, project: str, gpus: int) -> SrunLauncher:
+    return SrunLauncher(job.job_id, job.node_of(host).node, gpus, project)
+
+
+def _gpus(plan: Plan, host_gpus: tuple[int, ...]) -> int:
+    return len(host_gpus) if plan.profile is Profile.GPU else 0
+
+
+def _recorded_job(stack: str, workspace: Workspace, settings: SlurmSpec | None) -> SlurmJob | None:
+    job = read_job(workspace.root, stack)
+    wanted = settings.job_id if settings else None
+    return None if job is None or (wanted is not None and job.job_id != wanted) else job
+
+
+def _bound_job(stack: str, workspace: Workspace, settings: SlurmSpec | None) -> SlurmJob:
+    job = _recorded_job(stack, workspace, settings)
+    wanted = settings.job_id if settings else None
+    if job is None:
+        raise XpydError(
+            f"{stack} is bound to no Slurm job here" + (f" (asked: {wanted})" if wanted else ""),
+            hint=f"python -m generator up {stack} --runtime slurm (it binds the hosts to a job)",
+        )
+    return job
+
+
+def _job_of_plan(plan: Plan, workspace: Workspace) -> SlurmJob:
+    """The binding a plan made with a job's nodes already carries (a bench arm derived from a
+    bound spec): each host is the job's node at its address. Recorded as the user's job: the
+    stack it was bound for ends it."""
+    settings = plan.slurm or SlurmSpec()
+    state = job_state(settings.job_id) if settings.job_id is not None else None
+    if settings.job_id is None or state is None or not state.running:
+        raise XpydError(
+            f"{plan.stack} is bound to no running Slurm job",
+            hint=f"python -m generator up {plan.stack} --runtime slurm (it binds the hosts)",
+        )
+    node_at = {address: node for node, address in node_addresses(state.nodes).items()}
+    bound = tuple(
+        BoundHost(host=host.name, node=node_at[host.address], address=host.address)
+        for host in plan.hosts
+        if host.services and host.address in node_at
+    )
+    job = SlurmJob(job_id=settings.job_id, submitted=False, hosts=bound)
+    write_job(workspace.root, plan.stack, job)
+    return job
+
+
+def _allocation(plan: Plan, workspace: Workspace, reporter: Reporter) -> tuple[int, bool]:
+    """(job id, whether up submitted it): the spec's job, this stack's running one, the job
+    up runs inside, else a new one."""
+    settings = plan.slurm or SlurmSpec()
+    if settings.job_id is not None:
+        return settings.job_id, _ours(workspace, plan.stack, settings.job_id)
+    known = read_job(workspace.root, plan.stack)
+    if known is not None and (state := job_state(known.job_id)) and not state.ended:
+        return known.job_id, known.submitted  # a second up of a running stack
+    inside = os.environ.get("SLURM_JOB_ID", "")
+    if inside.isdigit():
+        # The stack's own job script (job.sbatch: named for the stack) is ours to end; any
+        # other job up runs in is the user's.
+        state = job_state(int(inside))
+        return int(inside), state is not None and state.name == job_name(plan.stack)
+    request = job_request(plan, workspace.root / SLURM_DIR / f"{plan.stack}-%j.out")
+    owned_dir(workspace.root, SLURM_DIR)  # the job's output goes there
+    job_id = submit(request, hold_command=HOLD_COMMAND)
+    assert isinstance(job_id, int)
+    reporter.event(EventLevel.INFO, f"submitted Slurm job {job_id} ({request.nodes} node(s))")
+    return job_id, True
+
+
+def _ours(workspace: Workspace, stack: str, job_id: int) -> bool:
+    known = read_job(workspace.root, stack)
+    return known is not None and known.job_id == job_id and known.submitted
+
+
+def _wait_running(
+    job_id: int, wait_s: int, reporter: Reporter, *, cancel_on_timeout: bool
+) -> JobState:
+    """Until the job runs (saying what squeue says now and then), bounded by ``wait_s``."""
+    started = last = time.monotonic()
+    while True:
+        state = job_state(job_id)
+        if state is not None and state.running and state.nodes:
+            return state
+        if state is None or state.ended:
+            seen = state.state if state else "gone from squeue"
+            raise XpydError(
+                f"Slurm job {job_id} ended before it ran ({seen})",
+                hint=f"see its output under {SLURM_DIR}/ and `scontrol show job {job_id}`",
+            )
+        waited = time.monotonic() - started
+        if waited > wait_s:
+            if cancel_on_timeout:
+                cancel(job_id)
+            raise XpydError(
+                f"Slurm job {job_id} did not start in {wait_s} s: {state.state} ({state.reason})",
+                hint="raise slurm.wait_s, ask for fewer or smaller nodes, or another partition",
+            )
+        if time.monotonic() - last >= _SAY_EVERY_S:
+            last = time.monotonic()
+            reporter.event(
+                EventLevel.INFO, f"Slurm job {job_id}: {state.state} ({state.reason}), "
+                f"{waited:.0f} s of {wait_s} s",
+            )  # fmt: skip
+        time.sleep(_POLL_S)
+
+
+DRIVER = _SlurmDriver()

