@@ -70,8 +70,8 @@ def test_unknown_stack_lists_the_shipped_ones() -> None:
     result = run("validate", "nope")
     assert result.returncode == 1
     assert (
-        "pick one of: cpu-1p1d, cpu-2host, cpu-faults, cpu-lmcache-pd, cpu-p2p, cpu-slurm, xpyd, xpyd-1gpu, "
-        "xpyd-lmcache-1gpu, xpyd-mp, xpyd-mp-2host, xpyd-tp8" in result.stderr
+        "pick one of: cpu-1p1d, cpu-2host, cpu-faults, cpu-lmcache-pd, cpu-p2p, cpu-slurm, xpyd, "
+        "xpyd-1gpu, xpyd-lmcache-1gpu, xpyd-mp, xpyd-mp-2host, xpyd-tp8" in result.stderr
     )
 
 
