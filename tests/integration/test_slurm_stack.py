@@ -1,0 +1,222 @@
+"""The slurm runtime for real, on a real Slurm cluster (tests/integration/slurm_cluster.py: a
+slurmctld and two slurmd, each node in a network namespace of its own): cpu-slurm's prefiller on
+one node, its decoder and vllm-router on the other, every service a job step; `up` submits the
+job, binds the hosts and passes its verdict with the KV crossing nodes; a fault drill kills the
+decoder's step command and its supervisor brings it back; status and logs from another shell;
+bench against the colocated baseline in the same job; and nothing left after: no job, no step,
+no process. Then every shipped GPU stack's job, judged by a real slurmctld with GPU gres.
+
+Commands run as a login node's would: in the controller's network namespace, with SLURM_CONF.
+The two nodes share this machine's kernel, so UCX moves KV between them with cma (cross-memory
+attach) where two real nodes would use TCP or RDMA: the verdict reports the transport it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from tests.integration.conftest import ROOT, cli, workspace_copy
+from tests.integration.slurm_cluster import SlurmCluster
+from tests.integration.slurm_files import NodeResources
+
+pytestmark = [pytest.mark.slurm, pytest.mark.stack]
+STACK = "cpu-slurm"
+RUN = f"slurm-{int(time.time())}"
+
+
+def slurm_cli(
+    cluster: SlurmCluster, *args: str, root: Path, timeout_s: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    """`python -m generator ARGS` on the cluster's login side, against the copy at ``root``."""
+    env = cluster.client_env() | {"XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        cluster.client_command(sys.executable, "-m", "generator", *args),
+        capture_output=True, text=True, env=env | {"CI": "1"}, timeout=timeout_s, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def copy(scratch_root: Path) -> Path:
+    return workspace_copy(scratch_root / "slurm")
+
+
+@pytest.fixture(scope="module")
+def pythons(scratch_root: Path) -> list[str]:
+    """The cpu Pythons on a filesystem every node sees: the process-stack tests' (they run
+    first and make them), else made here."""
+    home = scratch_root / "process"
+    engine, router = (home / f".cache/env/{name}/bin/python" for name in ("engine-cpu", "router"))
+    if not (engine.exists() and router.exists()):
+        home = workspace_copy(scratch_root / "slurm-env")
+        made = cli("env", STACK, root=home)
+        assert made.returncode == 0, made.stderr[-3000:]
+        engine, router = (home / f".cache/env/{n}/bin/python" for n in ("engine-cpu", "router"))
+    return ["--python", str(engine), "--set", f"process.router_python={router}"]
+
+
+@pytest.fixture(scope="module")
+def drilled(
+    slurm_cluster: SlurmCluster, copy: Path, pythons: list[str]
+) -> Iterator[subprocess.CompletedProcess[str]]:
+    """The stack up in a job of its own (the drill brings it up first), then the decoder's
+    command killed 8 s into the load."""
+    fault = ["--fault", "kill:decode-0@8", "--fault-duration-s", "25"]
+    result = slurm_cli(slurm_cluster, "drill", STACK, *pythons, *fault, "--run-id", RUN, root=copy)
+    yield result
+    slurm_cli(slurm_cluster, "down", STACK, root=copy)
+
+
+def _record(copy: Path, run_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((copy / "runs" / run_id / "up/run.json").read_text())
+    return data
+
+
+def test_up_binds_each_host_to_a_node_and_passes_with_kv_crossing_nodes(
+    slurm_cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
+) -> None:
+    assert drilled.returncode == 0, drilled.stdout[-3000:] + drilled.stderr[-4000:]
+    assert "submitted Slurm job" in drilled.stderr
+    record = _record(copy, RUN)
+    assert record["tasks"]["preflight"]["summary"].startswith("Slurm job ")
+    assert "build-engines" not in record["tasks"]  # nothing is built: the steps run the Pythons
+    rows = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
+    assert int(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 0
+    assert rows["prompt tokens computed on decode (local_compute)"]["observed"] == "0"
+    n1, n2 = (node.address for node in slurm_cluster.nodes)
+    stamp = rows["router stamps prefill/decode pair"]["observed"]
+    assert n1 in stamp and n2 in stamp  # the pair crossed the two nodes
+    plan = json.loads((copy / "compose" / STACK / "plan.json").read_text())
+    assert {host["name"]: host["address"] for host in plan["hosts"]} == {
+        "host-a": n1,
+        "host-b": n2,
+    }
+
+
+def test_a_killed_decoder_step_comes_back_through_its_supervisor(
+    copy: Path, drilled: subprocess.CompletedProcess[str]
+) -> None:
+    assert drilled.returncode == 0, drilled.stdout[-3000:]
+    fault = json.loads((copy / "runs" / RUN / "fault.json").read_text())
+    assert "sent SIGKILL to decode-0" in fault["injected"]
+    assert fault["summary"]["restarts"] == 1
+    assert fault["verdict_after"] is True
+
+
+def test_status_and_logs_from_another_shell(
+    slurm_cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
+) -> None:
+    status = slurm_cli(slurm_cluster, "status", STACK, root=copy)
+    assert status.returncode == 0, status.stderr
+    for service in ("prefill-0", "decode-0", "router"):
+        assert service in status.stdout
+    assert "healthy" in status.stdout
+    logs = slurm_cli(slurm_cluster, "logs", STACK, "decode-0", "--tail", "5", root=copy)
+    assert logs.returncode == 0, logs.stderr
+    assert len(logs.stdout.splitlines()) == 5
+
+
+def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
+    slurm_cluster: SlurmCluster,
+    copy: Path,
+    pythons: list[str],
+    drilled: subprocess.CompletedProcess[str],
+) -> None:
+    """The P/D arm is the running stack; the colocated arm runs in its job once the P/D
+    services are down; the bench then ends the job."""
+    run_id = f"{RUN}-bench"
+    bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id]
+    result = slurm_cli(slurm_cluster, "bench", STACK, *pythons, *bench, root=copy)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((copy / "runs" / run_id / "bench.json").read_text())
+    arms = {arm["arm"]: arm for arm in report["arms"]}
+    assert set(arms) == {"pd", "colocated"}
+    assert all(arm["verdict_passed"] for arm in arms.values())
+    assert slurm_cluster.run("squeue", "--noheader").stdout.strip() == ""  # no job, no step
+    assert not (copy / ".cache/slurm" / f"{STACK}.json").exists()
+    assert _processes_of(copy) == []
+
+
+def _processes_of(copy: Path) -> list[psutil.Process]:
+    """Every process that runs from the copy: a step's srun client, or what a step runs."""
+    found = []
+    for process in psutil.process_iter(["cwd"]):
+        try:
+            if process.info["cwd"] == str(copy) and process.pid != os.getpid():
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+GPU_STACKS = ["xpyd", "xpyd-1gpu", "xpyd-lmcache-1gpu", "xpyd-mp", "xpyd-mp-2host", "xpyd-tp8"]
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Iterator[SlurmCluster]:
+    """Two nodes of 8 fake H100s each (character devices slurmctld counts as GPUs)."""
+    big = NodeResources(cpus=64, memory_mb=512_000, gpus=8, gpu_type="h100")
+    with SlurmCluster(nodes=(big, big)) as cluster:
+        yield cluster
+
+
+def _slurm_spec(stack: str, tmp_path: Path) -> Path:
+    """The shipped GPU stack as a slurm stack: its hosts without the addresses and engines of
+    a compose deployment (the job's nodes give them)."""
+    data = yaml.safe_load((ROOT / "stacks" / f"{stack}.yaml").read_text())
+    data["runtime"] = "slurm"
+    for host in data["hosts"]:
+        host.pop("address", None)
+        host.pop("docker", None)
+    data.pop("process", None)
+    path = tmp_path / f"{stack}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _test_only(cluster: SlurmCluster, spec: Path) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import sys; from pathlib import Path; from generator.planner import make_plan\n"
+        "from generator.errors import XpydError; from generator.stack import load_spec\n"
+        "from generator.slurm import job_request, submit\n"
+        "plan = make_plan(load_spec(Path(sys.argv[1])))\n"
+        "try: print(submit(job_request(plan, Path('/dev/null')), hold_command='true', "
+        "test_only=True))\n"
+        "except XpydError as error: sys.exit(str(error))"
+    )
+    env = cluster.client_env() | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        cluster.client_command(sys.executable, "-c", code, str(spec)), capture_output=True,
+        text=True, env=env, timeout=120, check=False, cwd=ROOT,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("stack", GPU_STACKS)
+def test_every_gpu_stack_job_is_accepted_where_the_cluster_fits_it(
+    gpu_cluster: SlurmCluster, stack: str, tmp_path: Path
+) -> None:
+    judged = _test_only(gpu_cluster, _slurm_spec(stack, tmp_path))
+    assert judged.returncode == 0, judged.stderr[-2000:]
+    assert "to start at" in judged.stdout  # slurmctld's own "Job N to start at ..."
+
+
+@pytest.mark.parametrize("stack", ["xpyd", "xpyd-tp8"])
+def test_a_gpu_stack_the_cluster_cannot_fit_is_refused_with_what_to_change(
+    slurm_cluster: SlurmCluster, stack: str, tmp_path: Path
+) -> None:
+    """The session's cluster has 2 GPUs a node: 4 (xpyd) and 8 (xpyd-tp8) do not fit."""
+    judged = _test_only(slurm_cluster, _slurm_spec(stack, tmp_path))
+    assert judged.returncode != 0
+    assert "Slurm refused `sbatch --parsable ...`: " in judged.stderr
+    assert "Requested node configuration is not available" in judged.stderr
+    assert "fewer GPUs per host" in judged.stderr
