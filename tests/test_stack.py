@@ -28,5 +28,9 @@ def test_the_stack_adds_the_units_rules_to_the_specs_own() -> None:
     assert fields == ["prefill.tp", "router.host"]  # the units' first, then the spec's own
 
 
-def test_the_unit_rules_are_the_topologys_and_the_routers() -> None:
-    assert [rule.__name__ for rule in UNIT_RULES] == ["topology_issues", "router_issues"]
+def test_the_unit_rules_are_the_topologys_the_routers_and_the_runtimes() -> None:
+    assert [rule.__name__ for rule in UNIT_RULES] == [
+        "topology_issues",
+        "router_issues",
+        "runtime_issues",
+    ]
