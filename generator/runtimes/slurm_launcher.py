@@ -59,5 +59,13 @@ class SrunLauncher:
         stop_group(entry, grace_s=0.0)
 
 
+def _plan_gpus(env: dict[str, str]) -> list[str]:
+    """slurmstepd sets CUDA_VISIBLE_DEVICES to the GPUs it gives the step (all of its node's:
+    same-node P/D needs the peer's GPUs for cuda_ipc); the plan's choice among them is put back
+    inside the step."""
+    chosen = env.get("CUDA_VISIBLE_DEVICES")
+    return ["env", f"CUDA_VISIBLE_DEVICES={chosen}"] if chosen is not None else []
+
+
 def _step_name(project: str, env: dict[str, str]) -> str:
     return f"{project}:{env.get('XPYD_SERVICE', 'service')}"

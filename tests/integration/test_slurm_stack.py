@@ -47,6 +47,16 @@ def slurm_cli(
 
 
 @pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    """Two nodes of 2 cores, each declaring 16 GB: a node's steps share its job's memory
+    cgroup (the session's 4 GB nodes hold one engine and its LMCache server, not a bench
+    beside them)."""
+    roomy = NodeResources(cpus=2, memory_mb=16_000, gpus=0)
+    with SlurmCluster(nodes=(roomy, roomy)) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
 def copy(scratch_root: Path) -> Path:
     return workspace_copy(scratch_root / "slurm")
 
@@ -67,14 +77,14 @@ def pythons(scratch_root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def drilled(
-    slurm_cluster: SlurmCluster, copy: Path, pythons: list[str]
+    cluster: SlurmCluster, copy: Path, pythons: list[str]
 ) -> Iterator[subprocess.CompletedProcess[str]]:
     """The stack up in a job of its own (the drill brings it up first), then the decoder's
     command killed 8 s into the load."""
     fault = ["--fault", "kill:decode-0@8", "--fault-duration-s", "25"]
-    result = slurm_cli(slurm_cluster, "drill", STACK, *pythons, *fault, "--run-id", RUN, root=copy)
+    result = slurm_cli(cluster, "drill", STACK, *pythons, *fault, "--run-id", RUN, root=copy)
     yield result
-    slurm_cli(slurm_cluster, "down", STACK, root=copy)
+    slurm_cli(cluster, "down", STACK, root=copy)
 
 
 def _record(copy: Path, run_id: str) -> dict[str, Any]:
@@ -83,7 +93,7 @@ def _record(copy: Path, run_id: str) -> dict[str, Any]:
 
 
 def test_up_binds_each_host_to_a_node_and_passes_with_kv_crossing_nodes(
-    slurm_cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
+    cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
 ) -> None:
     assert drilled.returncode == 0, drilled.stdout[-3000:] + drilled.stderr[-4000:]
     assert "submitted Slurm job" in drilled.stderr
@@ -93,7 +103,7 @@ def test_up_binds_each_host_to_a_node_and_passes_with_kv_crossing_nodes(
     rows = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
     assert int(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 0
     assert rows["prompt tokens computed on decode (local_compute)"]["observed"] == "0"
-    n1, n2 = (node.address for node in slurm_cluster.nodes)
+    n1, n2 = (node.address for node in cluster.nodes)
     stamp = rows["router stamps prefill/decode pair"]["observed"]
     assert n1 in stamp  # the pair crossed the two nodes
     assert n2 in stamp
@@ -115,20 +125,20 @@ def test_a_killed_decoder_step_comes_back_through_its_supervisor(
 
 
 def test_status_and_logs_from_another_shell(
-    slurm_cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
+    cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
 ) -> None:
-    status = slurm_cli(slurm_cluster, "status", STACK, root=copy)
+    status = slurm_cli(cluster, "status", STACK, root=copy)
     assert status.returncode == 0, status.stderr
     for service in ("prefill-0", "decode-0", "router"):
         assert service in status.stdout
     assert "healthy" in status.stdout
-    logs = slurm_cli(slurm_cluster, "logs", STACK, "decode-0", "--tail", "5", root=copy)
+    logs = slurm_cli(cluster, "logs", STACK, "decode-0", "--tail", "5", root=copy)
     assert logs.returncode == 0, logs.stderr
     assert len(logs.stdout.splitlines()) == 5
 
 
 def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
-    slurm_cluster: SlurmCluster,
+    cluster: SlurmCluster,
     copy: Path,
     pythons: list[str],
     drilled: subprocess.CompletedProcess[str],
@@ -137,13 +147,13 @@ def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     services are down; the bench then ends the job."""
     run_id = f"{RUN}-bench"
     bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id]
-    result = slurm_cli(slurm_cluster, "bench", STACK, *pythons, *bench, root=copy)
+    result = slurm_cli(cluster, "bench", STACK, *pythons, *bench, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((copy / "runs" / run_id / "bench.json").read_text())
     arms = {arm["arm"]: arm for arm in report["arms"]}
     assert set(arms) == {"pd", "colocated"}
     assert all(arm["verdict_passed"] for arm in arms.values())
-    assert slurm_cluster.run("squeue", "--noheader").stdout.strip() == ""  # no job, no step
+    assert cluster.run("squeue", "--noheader").stdout.strip() == ""  # no job, no step
     assert not (copy / ".cache/slurm" / f"{STACK}.json").exists()
     assert _processes_of(copy) == []
 
@@ -179,6 +189,7 @@ def _slurm_spec(stack: str, tmp_path: Path) -> Path:
     for host in data["hosts"]:
         host.pop("address", None)
         host.pop("docker", None)
+        host["gpus"] = list(range(len(host["gpus"])))  # under Slurm: positions on the node
     data.pop("process", None)
     path = tmp_path / f"{stack}.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -50,6 +50,11 @@ def test_a_slurm_stack_needs_no_addresses_and_plans_host_networking() -> None:
             "uses no Docker engine",
         ),
         ({"process": {"isolation": "container"}}, "process.isolation", "confines each step"),
+        (
+            {"hosts": [{"name": "a", "gpus": [6, 7]}]},
+            "hosts[0].gpus",
+            "list them as positions: [0, 1]",
+        ),
         ({"observe": {"enabled": True}}, "observe.enabled", "does not run Prometheus"),
     ],
 )
@@ -151,3 +156,11 @@ def test_slurmctlds_refusals_say_what_to_change(said: str, fix: str) -> None:
     error = _refusal(["sbatch", "--parsable"], said)
     assert error.message.startswith("Slurm refused `sbatch --parsable ...`: sbatch: error:")
     assert fix in error.hint
+
+
+def test_a_steps_gpus_are_the_plans_choice_among_the_nodes() -> None:
+    """slurmstepd sets CUDA_VISIBLE_DEVICES for a step; the plan's is put back inside it."""
+    from generator.runtimes.slurm_launcher import _plan_gpus
+
+    assert _plan_gpus({"CUDA_VISIBLE_DEVICES": "1"}) == ["env", "CUDA_VISIBLE_DEVICES=1"]
+    assert _plan_gpus({}) == []

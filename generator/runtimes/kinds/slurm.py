@@ -41,6 +41,15 @@ class _Slurm:
                     "remove hosts[].address: up binds each host to a node of the job (and sets "
                     "slurm.job_id with the addresses)",
                 )
+        for index, host in enumerate(spec.hosts):
+            gpus = list(host.gpus or ())
+            if gpus != list(range(len(gpus))):
+                yield SpecIssue(
+                    f"hosts[{index}].gpus",
+                    f"lists {gpus}: under Slurm a host's GPUs are those the job gets on its "
+                    "node, which each step counts from 0",
+                    f"list them as positions: {list(range(len(gpus)))}",
+                )
         if spec.process.isolation is Isolation.CONTAINER:
             yield SpecIssue(
                 "process.isolation",
