@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from generator.errors import XpydError
 from generator.limits import is_stack_name
@@ -166,14 +167,17 @@ def rendered_name(stack: str, workspace: Workspace | None = None) -> str:
 
 
 def _project_of(compose_file: Path) -> tuple[str, str, tuple[str, ...]]:
-    """(project name, host, services) of a compose file render wrote."""
-    import yaml
+    """(project name, host, services) of a compose file render wrote (read bounded, with the
+    spec's YAML bounds: it may have been edited)."""
+    from generator.errors import SpecError
+    from generator.spec.source import parse_yaml
 
     try:
-        document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
+        text = read_bounded(compose_file, max_bytes=_PLAN_JSON_MAX_BYTES)
+        document: Any = parse_yaml(text or "", source=str(compose_file))
         services = tuple(str(name) for name in document["services"])
         return str(document["name"]), str(document["x-xpyd"]["host"]), services
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError) as exc:
+    except (SpecError, ValueError, KeyError, TypeError) as exc:
         raise XpydError(
             f"{compose_file} is not a compose file render wrote (no readable name: {exc})",
             hint="render the stack again",

@@ -284,3 +284,28 @@ def test_a_second_writer_of_a_stack_is_refused_with_who_holds_it(tmp_path: Path)
         holder.communicate()
     with holding(tmp_path, "cpu-1p1d", "down cpu-1p1d"), holding(tmp_path, "cpu-1p1d", "nested"):
         pass  # free once its holder is gone, and taken again within one process
+
+
+@pytest.mark.parametrize("kind", ["bomb", "fifo", "huge", "not yaml"])
+def test_a_damaged_rendered_compose_file_is_one_clear_error(tmp_path: Path, kind: str) -> None:
+    """What `status`, `logs` and `down` read first: the rendered compose files."""
+    from generator.paths import Workspace
+    from generator.workbench import rendered_projects
+
+    folder = tmp_path / "compose" / "s"
+    folder.mkdir(parents=True)
+    (folder / "plan.json").write_text(json.dumps({"hosts": [], "profile": "cpu"}))
+    compose = folder / "compose.yaml"
+    if kind == "bomb":
+        compose.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
+            for i in range(9)
+        ))  # fmt: skip
+    elif kind == "fifo":
+        os.mkfifo(compose)
+    elif kind == "huge":
+        compose.write_text("x: 1\n" * (4 << 20))
+    else:
+        compose.write_text("{")
+    with pytest.raises(XpydError, match="is not a compose file render wrote"):
+        rendered_projects("s", Workspace(tmp_path))
