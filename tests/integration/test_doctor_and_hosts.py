@@ -81,7 +81,7 @@ TWO_HOSTS = [
     "name=cpu-2host",
     "images.registry=xpyd-selftest",  # tags no earlier build made: compose must build them
     # Only b's project runs (here); a is a documentation address (RFC 5737) nothing dials.
-    "hosts=[{name: a, address: 192.0.2.1, cpus: [0]}, {name: b, cpus: [1]}]",
+    "hosts=[{name: a, address: 192.0.2.1, cpus: [0]}, {name: b, address: 127.0.0.1, cpus: [1]}]",
     "placement={prefill: {hosts: a}, decode: {hosts: b}}",
     "ports.decode_http=37200",  # its own ports: the other tests' stacks may still be up
     "ports.lmcache_http=38090",

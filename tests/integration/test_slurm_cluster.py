@@ -319,10 +319,16 @@ def test_a_start_that_fails_removes_what_it_made_and_stop_stays_safe(tmp_path: P
     locked.mkdir(mode=0o700)
     cluster = SlurmCluster(work_root=locked / "slurm")
     try:
-        with pytest.raises(SlurmClusterError, match="munged did not open") as raised:
+        # Which of the two it is depends on how fast munged gives up (a race CI met).
+        with pytest.raises(
+            SlurmClusterError, match=r"munged (did not open|exited at once)"
+        ) as raised:
             cluster.start()
-        assert "munged: Error" in str(raised.value)  # its log's last lines come with it
-        assert [daemon.name for daemon in cluster.record.daemons] == ["munged"]
+        message = str(raised.value)
+        assert "munged: Error" in message  # its log's last lines come with it
+        # A daemon gone before it could be recorded is not in the record: nothing to stop.
+        recorded = [] if "exited at once" in message else ["munged"]
+        assert [daemon.name for daemon in cluster.record.daemons] == recorded
         _assert_nothing_left(cluster.record, {}, {})
     finally:
         cluster.stop()  # again: nothing to do
