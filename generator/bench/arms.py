@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from generator.bench.cache_counters import read_cache_counters
@@ -21,6 +21,7 @@ from generator.probes.http import ProbeClient
 from generator.probes.kv_speed import KvCounters, read_counters, wait_for_transfers
 from generator.probes.prometheus_history import fetch_history
 from generator.probes.prometheus_page import screenshot_graph
+from generator.probes.ttft_parts import read_engine_times, ttft_parts
 from generator.services.bench import BenchSettings
 from generator.topologies import topology_of
 from generator.workflow.bench import run_bench_point
@@ -177,11 +178,17 @@ def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: flo
         engines_before = read_engine_counters(client, plan)
         cache_before = read_cache_counters(client, plan)
         kv_before = read_counters(client, plan) if moves_kv else None
+        times_before = read_engine_times(client, plan, disaggregated=moves_kv)
         path = run_bench_point(context, point.settings, f"point-{index}", timeout_s=timeout_s)
         kv = _kv_change(client, plan, kv_before)
         engines = read_engine_counters(client, plan) - engines_before
         cache = read_cache_counters(client, plan) - cache_before
+        times = read_engine_times(client, plan, disaggregated=moves_kv) - times_before
     result = read_point(path, point.label, point.settings, engines, kv, cache=cache)
+    result = replace(
+        result,
+        ttft_parts=ttft_parts(result.metrics.get("mean_ttft_ms"), times, result.kv_ms_per_request),
+    )
     context.progress(f"{plan.stack}: {point.label}: {_headline(result)}")
     return result
 

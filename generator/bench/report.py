@@ -117,6 +117,7 @@ def markdown(report: BenchReport) -> str:
     lines += ["## Summary: a row per load point and arm", "", *_summary(report), ""]
     for index, label in enumerate(_labels(report)):
         lines += [f"## {label}", "", *_table(report, index), ""]
+        lines += _ttft_table(report, index)
     lines += [f"![{Path(plot).stem}]({plot})" for plot in report.plots]
     lines += [
         f"\n{arm.arm}: Prometheus's own graph of the KV path's speed during the load points\n\n"
@@ -201,6 +202,27 @@ def _table(report: BenchReport, index: int) -> list[str]:
     for title, value in _kv_rows(arms):
         rows.append("| " + " | ".join([title, *value] + (["-"] if reference else [])) + " |")
     return rows
+
+
+def _ttft_table(report: BenchReport, index: int) -> list[str]:
+    """The mean TTFT split into the parts the engines time (probes/ttft_parts.py says how)."""
+    arms = [(arm.arm, arm.points[index]) for arm in report.arms if index < len(arm.points)]
+    parts: dict[str, str] = {}  # every arm's parts, in order, with their sources
+    for _, point in arms:
+        for part in point.ttft_parts:
+            parts.setdefault(part.part, part.source)
+    if not parts:
+        return []
+    header = ["where the mean TTFT goes (ms)", *(name for name, _ in arms), "source"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, source in parts.items():
+        cells = [_cell(_part_ms(point, name), "{:.1f}") for _, point in arms]
+        rows.append("| " + " | ".join([name, *cells, source]) + " |")
+    return [*rows, ""]
+
+
+def _part_ms(point: PointResult, name: str) -> float | None:
+    return next((part.mean_ms for part in point.ttft_parts if part.part == name), None)
 
 
 def _kv_rows(arms: list[tuple[str, PointResult]]) -> list[tuple[str, list[str]]]:

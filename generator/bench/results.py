@@ -14,6 +14,7 @@ from generator.bench.cache_counters import CacheCounters
 from generator.errors import StackError
 from generator.probes.engine_counters import EngineCounters
 from generator.probes.kv_speed import KvCounters
+from generator.probes.ttft_parts import TtftPart
 from generator.services.bench import BenchSettings
 
 __all__ = ["METRICS", "ArmResult", "PointResult", "read_point"]
@@ -47,6 +48,16 @@ class PointResult:
     kv_seconds: float | None = None
     # the prefillers' prefix caches over the point
     cache: CacheCounters = field(default_factory=CacheCounters)
+    # the client's mean TTFT and its parts, as the engines timed them (probes.ttft_parts)
+    ttft_parts: list[TtftPart] = field(default_factory=list)
+
+    @property
+    def kv_ms_per_request(self) -> float | None:
+        """NIXL's transfer time per completed request (its counters over the point)."""
+        completed = self.metrics.get("completed") or 0
+        if self.kv_seconds is None or not completed:
+            return None
+        return 1000 * self.kv_seconds / completed
 
     @property
     def kv_mib_per_request(self) -> float | None:

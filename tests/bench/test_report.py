@@ -20,6 +20,7 @@ from generator.bench.results import METRICS, ArmResult, read_point
 from generator.errors import StackError
 from generator.probes.engine_counters import EngineCounters
 from generator.probes.kv_speed import KvCounters
+from generator.probes.ttft_parts import TtftPart
 from generator.services.bench import Preset, preset_settings
 
 SETTINGS = preset_settings(Preset.SMOKE)
@@ -151,3 +152,23 @@ def test_an_observed_arm_gets_a_plot_of_its_prometheus_history(tmp_path: Path) -
     pixels = matplotlib.image.imread(tmp_path / "prometheus-pd.png")
     assert pixels.shape[0] >= 400
     assert pixels.std() > 0.05
+
+
+def test_the_ttft_parts_are_a_table_of_both_arms_with_their_sources(tmp_path: Path) -> None:
+    made = report(tmp_path)
+    pd, colocated = made.arms[0], made.arms[1]
+    pd.points[0] = replace(
+        pd.points[0],
+        ttft_parts=[TtftPart("prefiller: queue", 5.0, "vLLM q"), TtftPart("rest", 1.0, "diff")],
+    )
+    colocated.points[0] = replace(colocated.points[0], ttft_parts=[TtftPart("rest", 2.5, "diff")])
+    text = markdown(made)
+    assert "| where the mean TTFT goes (ms) | pd | colocated | source |" in text
+    assert "| prefiller: queue | 5.0 | - | vLLM q |" in text
+    assert "| rest | 1.0 | 2.5 | diff |" in text
+    data = json.loads(write_report(made)[0].read_text())
+    assert data["arms"][0]["points"][0]["ttft_parts"][0]["mean_ms"] == 5.0
+
+
+def test_no_ttft_parts_no_table(tmp_path: Path) -> None:
+    assert "where the mean TTFT goes" not in markdown(report(tmp_path))
