@@ -13,14 +13,18 @@
 # (--load-format dummy): timings with --ignore-eos do not depend on the weights' values.
 # Run from the checkout, with the Python that runs `python -m generator` as $PYTHON (default
 # python3). As root the engines run in their containers' view (process.isolation: container).
+# EAGER=1: engines in eager mode (--enforce-eager) instead of CUDA graphs.
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
 # `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, 50 s of load;
 # its `up` gives the verdict first), then down.
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 python=${PYTHON:-python3}
-extra='["--enforce-eager", "--load-format", "dummy"]'
-[ "$stack" = xpyd-lmcache-1gpu ] && extra='["--enforce-eager", "--no-enable-prefix-caching", "--load-format", "dummy"]'
+# CUDA graphs, as vLLM runs by default and users run it; EAGER=1 measures --enforce-eager.
+eager=''
+[ "${EAGER:-0}" = 1 ] && eager='"--enforce-eager", '
+extra="[$eager\"--load-format\", \"dummy\"]"
+[ "$stack" = xpyd-lmcache-1gpu ] && extra="[$eager\"--no-enable-prefix-caching\", \"--load-format\", \"dummy\"]"
 isolation=plain
 [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && isolation=container
 settings=(
