@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "JobState",
     "cancel",
     "ended_by_slurm",
+    "ended_state",
     "job_info",
     "job_name",
     "job_request",
@@ -193,8 +195,11 @@ def cancel(job_id: int) -> None:
 
 def signal_step(job_id: int, step_name: str, signal_name: str) -> bool:
     """Sends SIG``signal_name`` to the job's running step of that name; whether one was."""
-    done = _run(["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"])
-    steps = [line.split() for line in done.stdout[:_MAX_OUTPUT].splitlines()]
+    done = _run(
+        ["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"], check=False
+    )  # a job slurmctld no longer lists ("Invalid job id specified") has no steps
+    listed = done.stdout[:_MAX_OUTPUT] if done.returncode == 0 else ""
+    steps = [line.split() for line in listed.splitlines()]
     ids = [step[0] for step in steps if len(step) == 2 and step[1] == step_name]
     for step_id in ids:
         _run(["scancel", f"--signal={signal_name}", step_id], check=False)
@@ -212,6 +217,7 @@ _ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RESIZING"
 _REQUEUED = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT"})
 # COMPLETING hides the state the job ends in while its nodes clean up; its Reason tells some.
 _COMPLETING_AS = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL"}
+_SETTLE_POLL_S = 1.0
 _MAX_LINE = 16_384  # one job's `scontrol --oneliner` line is ~1.5 KB
 _FIELDS = {
     "JobState": re.compile(r"[A-Z_]{1,32}"),
@@ -293,9 +299,22 @@ def _info(state: str, found: Mapping[str, str]) -> JobInfo | None:
     )
 
 
-def job_info(job_id: int) -> JobInfo | None:
+def job_info(job_id: int, *, settle_s: float = 0.0) -> JobInfo | None:
     """The job as slurmctld knows it, else as accounting does, else GONE; None where Slurm did
-    not answer (slurmctld down, a timeout): nothing is known, so nothing is claimed."""
+    not answer (slurmctld down, a timeout): nothing is known, so nothing is claimed. With
+    ``settle_s``, a job COMPLETING for a reason its state hides (scancel: Reason=None while
+    its nodes clean up, KillWait) is asked again until it shows how it ended, that long."""
+    deadline = time.monotonic() + settle_s
+    info = _job_info(job_id)
+    while info and info.state == "COMPLETING" and info.reason not in _COMPLETING_AS:
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(_SETTLE_POLL_S)
+        info = _job_info(job_id)
+    return info
+
+
+def _job_info(job_id: int) -> JobInfo | None:
     done = _run(["scontrol", "--oneliner", "show", "job", str(job_id)], check=False)
     if done.returncode == 0:
         return parse_job_info(done.stdout)
@@ -312,20 +331,30 @@ def _accounted(job_id: int) -> JobInfo | None:
     return parse_sacct(done.stdout, job_id) if done.returncode == 0 else None
 
 
-def ended_by_slurm(info: JobInfo, *, job_id: int, stack: str, restarts_seen: int = 0) -> str | None:
-    """One line saying that Slurm ended (or requeued) the stack's job, how, and what to do;
-    None while the job still holds its nodes. ``restarts_seen``: its restart count when `up`
-    bound the stack to it (more now: Slurm requeued it since, and its steps are gone)."""
-    job = f"slurm job {job_id} of stack {stack}"
-    fix = _GENERIC_FIX.format(stack=stack)
+def ended_state(info: JobInfo, *, restarts_seen: int = 0) -> str | None:
+    """The state Slurm ended the job in (REQUEUED where it requeued it: more restarts than
+    ``restarts_seen``, its count when `up` bound the stack to it); None while it holds its
+    nodes."""
     if info.state in _REQUEUED or (info.state in _ALIVE and info.restarts > restarts_seen):
-        return (f"{job} was requeued by Slurm ({info.state}, restart {info.restarts}): the "
-                f"steps it ran are gone, a requeued job starts without them; {fix}")  # fmt: skip
+        return "REQUEUED"
     if info.state in _ALIVE:
         return None
-    state = (
-        _COMPLETING_AS.get(info.reason, info.state) if info.state == "COMPLETING" else info.state
-    )
+    if info.state == "COMPLETING":
+        return _COMPLETING_AS.get(info.reason, info.state)
+    return info.state
+
+
+def ended_by_slurm(info: JobInfo, *, job_id: int, stack: str, restarts_seen: int = 0) -> str | None:
+    """One line saying that Slurm ended (or requeued) the stack's job, how, and what to do;
+    None while the job still holds its nodes."""
+    state = ended_state(info, restarts_seen=restarts_seen)
+    job = f"slurm job {job_id} of stack {stack}"
+    fix = _GENERIC_FIX.format(stack=stack)
+    if state is None:
+        return None
+    if state == "REQUEUED":
+        return (f"{job} was requeued by Slurm ({info.state}, restart {info.restarts}): the "
+                f"steps it ran are gone, a requeued job starts without them; {fix}")  # fmt: skip
     why, what_to_do = _ENDINGS.get(state, ("reason: {reason}", _GENERIC_FIX))
     values = {
         "limit": info.time_limit or "?",
