@@ -273,7 +273,7 @@ def _wait_running(
             info = job_info(job_id)  # squeue lists no ended job; scontrol says how it ended
             how = _how(ended_state(info) or info.state, info) if info else "gone from squeue"
             raise XpydError(
-                f"Slurm job {job_id} ended before it ran ({how})",
+                f"Slurm job {job_id} is not running: it ended ({how})",
                 hint=f"see its output under {SLURM_DIR}/ and `scontrol show job {job_id}`",
             )
         waited = time.monotonic() - started
