@@ -136,7 +136,7 @@ def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
             env=_env(cluster, copy), stdout=subprocess.DEVNULL, stderr=errors, text=True,
         )  # fmt: skip
         try:
-            job_id = _wait_for_step(cluster, f"{STACK}:decode-0", up)
+            job_id = _wait_for_step(cluster, ":decode-0", up)
             cancelled = time.monotonic()
             cluster.run("scancel", job_id)
             up.wait(timeout=240)
@@ -156,12 +156,13 @@ def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
 
 
 def _wait_for_step(cluster: SlurmCluster, step: str, up: subprocess.Popen[str]) -> str:
-    """The id of the job once a step named ``step`` runs in it (the engine is loading)."""
+    """The id of the job once a step whose name ends in ``step`` runs in it (steps are named
+    <process project>:<service>): the engine is loading."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and up.poll() is None:
         listed = cluster.run("squeue", "--noheader", "--steps", "--format=%i %j", check=False)
         for fields in (line.split() for line in listed.stdout.splitlines()):
-            if len(fields) == 2 and fields[1] == step:
+            if len(fields) == 2 and fields[1].endswith(step):
                 return fields[0].split(".")[0]
         time.sleep(1)
     raise AssertionError(f"no step {step} in 300 s (up exited {up.poll()})")
