@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,14 +19,21 @@ from generator.spec import Profile, SlurmSpec
 
 __all__ = [
     "CLIENT_COMMANDS",
+    "GONE",
+    "JobInfo",
     "JobRequest",
     "JobState",
     "cancel",
+    "ended_by_slurm",
+    "ended_state",
+    "job_info",
     "job_name",
     "job_request",
     "job_state",
     "missing_commands",
     "node_addresses",
+    "parse_job_info",
+    "parse_sacct",
     "signal_step",
     "srun_prefix",
     "submit",
@@ -62,6 +70,9 @@ class JobRequest:
 
     def sbatch_options(self) -> list[str]:
         options = [f"--job-name={self.name}", f"--nodes={self.nodes}", "--ntasks-per-node=1"]
+        # A requeued job starts again from its batch step alone: the stack's steps (engines,
+        # router) would be gone behind our back, so Slurm must end it instead.
+        options += ["--no-requeue"]
         # Whole nodes: taskset pins the plan's cores and each engine sees every GPU of its
         # node (same-node P/D needs the peer's GPUs for cuda_ipc).
         options += ["--exclusive", "--mem=0", f"--time={self.time_limit_min}"]
@@ -184,12 +195,175 @@ def cancel(job_id: int) -> None:
 
 def signal_step(job_id: int, step_name: str, signal_name: str) -> bool:
     """Sends SIG``signal_name`` to the job's running step of that name; whether one was."""
-    done = _run(["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"])
-    steps = [line.split() for line in done.stdout[:_MAX_OUTPUT].splitlines()]
+    done = _run(
+        ["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"], check=False
+    )  # a job slurmctld no longer lists ("Invalid job id specified") has no steps
+    listed = done.stdout[:_MAX_OUTPUT] if done.returncode == 0 else ""
+    steps = [line.split() for line in listed.splitlines()]
     ids = [step[0] for step in steps if len(step) == 2 and step[1] == step_name]
     for step_id in ids:
         _run(["scancel", f"--signal={signal_name}", step_id], check=False)
     return bool(ids)
+
+
+# --- jobs Slurm ended ------------------------------------------------------------------------
+# squeue lists no ended job (not even one named with --jobs); slurmctld keeps it for MinJobAge
+# (300 s by default) in `scontrol show job`, and sacct has it longer where accounting is stored
+# (Slurm 22.05 without slurmdbd: "Slurm accounting storage is disabled").
+
+GONE = "GONE"  # our name, not Slurm's: no client lists the job any more
+_ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RESIZING", "SIGNALING",
+                    "STOPPED", "STAGE_OUT"})  # fmt: skip
+_REQUEUED = frozenset({"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT"})
+# COMPLETING hides the state the job ends in while its nodes clean up; its Reason tells some.
+_COMPLETING_AS = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL"}
+_SETTLE_POLL_S = 1.0
+_MAX_LINE = 16_384  # one job's `scontrol --oneliner` line is ~1.5 KB
+_FIELDS = {
+    "JobState": re.compile(r"[A-Z_]{1,32}"),
+    "Reason": re.compile(r"[A-Za-z0-9_(),.:/@-]{1,128}"),
+    "TimeLimit": re.compile(r"UNLIMITED|Partition_Limit|(\d{1,5}-)?\d{1,2}:\d{2}:\d{2}"),
+    "Restarts": re.compile(r"\d{1,6}"),
+    "NodeList": re.compile(r"[A-Za-z0-9_.,\[\]-]{1,1024}"),
+    "ExitCode": re.compile(r"\d{1,3}:\d{1,3}"),
+}
+_FIELD = re.compile(r"(?:^|\s)(" + "|".join(_FIELDS) + r")=(\S{0,1100})")
+_GENERIC_FIX = "run `python -m generator down {stack}`, then `up {stack}` again"
+# What ended the job, and what to do: Slurm's state names (squeue(1), JOB STATE CODES).
+_ENDINGS: Mapping[str, tuple[str, str]] = {
+    "TIMEOUT": ("its time limit, {limit}, ran out",
+                "raise slurm.time_limit_min, or " + _GENERIC_FIX),
+    "NODE_FAIL": ("a node of it ({nodes}) failed or stopped answering slurmctld",
+                  _GENERIC_FIX + " (`sinfo -R` says why a node is down)"),
+    "PREEMPTED": ("a job of higher priority took its nodes",
+                  _GENERIC_FIX + ", in a partition or QOS that does not preempt it"),
+    "CANCELLED": ("scancel, by you or an administrator", _GENERIC_FIX),
+    "BOOT_FAIL": ("its nodes failed to boot", _GENERIC_FIX + " (`sinfo -R`)"),
+    "DEADLINE": ("its --deadline passed", _GENERIC_FIX),
+    "OUT_OF_MEMORY": ("a step of it ran out of memory", _GENERIC_FIX),
+    "FAILED": ("its batch step exited, code {exit_code}", "see the job's output; " + _GENERIC_FIX),
+    "COMPLETED": ("its batch step ended", _GENERIC_FIX),
+    "COMPLETING": ("Slurm is ending it (scancel, or its batch step ended)", _GENERIC_FIX),
+    GONE: ("Slurm lists it no more: it ended over MinJobAge ago, and no accounting here "
+           "recorded how", _GENERIC_FIX),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What slurmctld (`scontrol show job`) or accounting (`sacct`) says of one job, each field
+    validated ("" where Slurm printed none or something unexpected)."""
+
+    state: str  # JobState: RUNNING, TIMEOUT, CANCELLED, ...; GONE where no client lists it
+    reason: str = ""  # Reason: TimeLimit, NodeDown, None, ...
+    time_limit: str = ""  # TimeLimit as Slurm prints it: 00:30:00, 1-00:00:00, UNLIMITED
+    restarts: int = 0  # Restarts: how often Slurm requeued it
+    nodes: str = ""  # NodeList, compressed (n[1-2])
+    exit_code: str = ""  # ExitCode of its batch step, code:signal
+
+
+def parse_job_info(text: str) -> JobInfo | None:
+    """``scontrol --oneliner show job ID``'s first line; None where it names no valid state."""
+    line = text[:_MAX_OUTPUT].lstrip().split("\n", 1)[0][:_MAX_LINE]
+    found: dict[str, str] = {}
+    for match in _FIELD.finditer(line):
+        key, value = match.groups()
+        if key not in found:
+            found[key] = value if _FIELDS[key].fullmatch(value) else ""
+    return _info(found.get("JobState", ""), found)
+
+
+def parse_sacct(text: str, job_id: int) -> JobInfo | None:
+    """``sacct -X -n -P -o JobID,State,Timelimit,NodeList,ExitCode``'s line of ``job_id``
+    (its State reads "CANCELLED by 1000": the first word)."""
+    for line in text[:_MAX_OUTPUT].splitlines()[:64]:
+        parts = line[:_MAX_LINE].split("|")
+        if len(parts) == 5 and parts[0] == str(job_id):
+            state = (parts[1].split() or [""])[0]
+            fields = dict(zip(("TimeLimit", "NodeList", "ExitCode"), parts[2:], strict=True))
+            valid = {k: v for k, v in fields.items() if _FIELDS[k].fullmatch(v)}
+            return _info(state, valid)
+    return None
+
+
+def _info(state: str, found: Mapping[str, str]) -> JobInfo | None:
+    if not _FIELDS["JobState"].fullmatch(state):
+        return None
+    return JobInfo(
+        state=state,
+        reason=found.get("Reason", ""),
+        time_limit=found.get("TimeLimit", ""),
+        restarts=int(found.get("Restarts") or 0),
+        nodes=found.get("NodeList", ""),  # "(null)" before it runs: not a valid list
+        exit_code=found.get("ExitCode", ""),
+    )
+
+
+def job_info(job_id: int, *, settle_s: float = 0.0) -> JobInfo | None:
+    """The job as slurmctld knows it, else as accounting does, else GONE; None where Slurm did
+    not answer (slurmctld down, a timeout): nothing is known, so nothing is claimed. With
+    ``settle_s``, a job COMPLETING for a reason its state hides (scancel: Reason=None while
+    its nodes clean up, KillWait) is asked again until it shows how it ended, that long."""
+    deadline = time.monotonic() + settle_s
+    info = _job_info(job_id)
+    while info and info.state == "COMPLETING" and info.reason not in _COMPLETING_AS:
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(_SETTLE_POLL_S)
+        info = _job_info(job_id)
+    return info
+
+
+def _job_info(job_id: int) -> JobInfo | None:
+    done = _run(["scontrol", "--oneliner", "show", "job", str(job_id)], check=False)
+    if done.returncode == 0:
+        return parse_job_info(done.stdout)
+    if "invalid job id" not in done.stderr[:_MAX_LINE].lower():
+        return None
+    return _accounted(job_id) or JobInfo(state=GONE)
+
+
+def _accounted(job_id: int) -> JobInfo | None:
+    if shutil.which("sacct") is None:
+        return None
+    fields = "--format=JobID,State,Timelimit,NodeList,ExitCode"
+    done = _run(["sacct", f"--jobs={job_id}", "-X", "-n", "-P", fields], check=False)
+    return parse_sacct(done.stdout, job_id) if done.returncode == 0 else None
+
+
+def ended_state(info: JobInfo, *, restarts_seen: int = 0) -> str | None:
+    """The state Slurm ended the job in (REQUEUED where it requeued it: more restarts than
+    ``restarts_seen``, its count when `up` bound the stack to it); None while it holds its
+    nodes."""
+    if info.state in _REQUEUED or (info.state in _ALIVE and info.restarts > restarts_seen):
+        return "REQUEUED"
+    if info.state in _ALIVE:
+        return None
+    if info.state == "COMPLETING":
+        return _COMPLETING_AS.get(info.reason, info.state)
+    return info.state
+
+
+def ended_by_slurm(info: JobInfo, *, job_id: int, stack: str, restarts_seen: int = 0) -> str | None:
+    """One line saying that Slurm ended (or requeued) the stack's job, how, and what to do;
+    None while the job still holds its nodes."""
+    state = ended_state(info, restarts_seen=restarts_seen)
+    job = f"slurm job {job_id} of stack {stack}"
+    fix = _GENERIC_FIX.format(stack=stack)
+    if state is None:
+        return None
+    if state == "REQUEUED":
+        return (f"{job} was requeued by Slurm ({info.state}, restart {info.restarts}): the "
+                f"steps it ran are gone, a requeued job starts without them; {fix}")  # fmt: skip
+    why, what_to_do = _ENDINGS.get(state, ("reason: {reason}", _GENERIC_FIX))
+    values = {
+        "limit": info.time_limit or "?",
+        "nodes": info.nodes or "?",
+        "stack": stack,
+        "exit_code": info.exit_code or "?",
+        "reason": info.reason or "none given",
+    }
+    return f"{job} ended: {state} ({why.format(**values)}); {what_to_do.format(**values)}"
 
 
 def srun_prefix(job_id: int, node: str, *, name: str, gpus: int) -> list[str]:

@@ -166,20 +166,29 @@ def down(
         for host_name, compose in rendered_stacks(stack, host=host):
             compose.down(volumes=volumes)
             success(f"removed {compose.project} on {host_name}")
-        if host is None:  # the whole stack is down: what it holds beyond its services goes
-            release(rendered_runtime_kind(stack), name, workspace)
+        # The whole stack is down: what it holds beyond its services goes (a Slurm job).
+        if host is None and (found := release(rendered_runtime_kind(stack), name, workspace)):
+            success(found)
 
 
 def status(stack: StackArg, host: HostOpt = None) -> None:
-    """The live stack on every host (services, state, health, ports) and its last run."""
+    """The live stack on every host (services, state, health, ports) and its last run. Under
+    Slurm, a job Slurm ended (its time limit, a node failure, scancel) is one line saying how
+    and what to do, and status exits 1."""
     from generator.cli.tables import print_status
+    from generator.console import error
     from generator.paths import find_workspace
+    from generator.workbench import rendered_name
     from generator.workflow.records import latest_run
-    from generator.workflow.runtimes import rendered_stacks
+    from generator.workflow.runtimes import allocation_ended, rendered_stacks
 
-    last_run = latest_run(find_workspace().runs_dir, stack)
+    workspace = find_workspace()
+    last_run = latest_run(workspace.runs_dir, stack)
     for name, compose in rendered_stacks(stack, host=host):
         print_status(f"{compose.project} (host {name})", compose.ps(), last_run)
+    if ended := allocation_ended(rendered_name(stack), workspace):
+        error(ended)
+        raise typer.Exit(1)
 
 
 def observe(

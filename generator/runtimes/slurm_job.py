@@ -33,6 +33,8 @@ class SlurmJob(_Strict):
     job_id: int = Field(ge=1, le=1 << 40)
     submitted: bool  # up submitted it: down cancels it
     hosts: tuple[BoundHost, ...] = Field(max_length=4096)
+    # Slurm's restart count of the job when up bound the stack: more later, it was requeued.
+    restarts: int = Field(default=0, ge=0, le=1_000_000)
 
     def node_of(self, host: str) -> BoundHost:
         for bound in self.hosts:

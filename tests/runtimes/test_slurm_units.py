@@ -99,6 +99,7 @@ def test_the_job_asks_for_a_whole_node_per_host_with_its_gpus(workspace: Workspa
         "--job-name=xpyd-t",
         "--nodes=2",
         "--ntasks-per-node=1",
+        "--no-requeue",
         "--exclusive",
         "--mem=0",
         "--time=30",

@@ -23,6 +23,7 @@ from generator.workflow.runtimes.base import RuntimeDriver
 __all__ = [
     "RUNTIME_DRIVERS",
     "RuntimeDriver",
+    "allocation_ended",
     "host_stacks",
     "placed_overrides",
     "release",
@@ -64,9 +65,16 @@ def remove_hosts(context: RunContext, *, release: bool = True) -> None:
         runtime_driver(context.plan.runtime).release(context.plan.stack, context.workspace)
 
 
-def release(plan_runtime: Runtime, stack: str, workspace: Workspace) -> None:
-    """What a stack holds beyond its services (a Slurm job), once they are down."""
-    runtime_driver(plan_runtime).release(stack, workspace)
+def release(plan_runtime: Runtime, stack: str, workspace: Workspace) -> str | None:
+    """What a stack holds beyond its services (a Slurm job), once they are down: let go, and
+    what was found and done (None: it held nothing)."""
+    return runtime_driver(plan_runtime).release(stack, workspace)
+
+
+def allocation_ended(stack: str, workspace: Workspace) -> str | None:
+    """One line where what a rendered stack runs in was ended under it (its Slurm job), for
+    `status`; None where nothing holds it, or it still does."""
+    return runtime_driver(rendered_runtime_kind(stack)).allocation_ended(stack, workspace)
 
 
 def host_stacks(plan: Plan, rendered: RenderedStack, workspace: Workspace) -> dict[str, HostStack]:

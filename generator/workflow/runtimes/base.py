@@ -36,8 +36,16 @@ class RuntimeDriver(Protocol):
         again with them; [] where the spec already says it."""
         ...
 
-    def release(self, stack: str, workspace: Workspace) -> None:
-        """What the stack holds beyond its services, once they are down (a Slurm job)."""
+    def release(self, stack: str, workspace: Workspace) -> str | None:
+        """What the stack holds beyond its services, once they are down (a Slurm job): let
+        go, and what was found and done, for `down` to say; None where it holds nothing."""
+        ...
+
+    def allocation_ended(self, stack: str, workspace: Workspace) -> str | None:
+        """One line, where what the stack's services run in was ended under them (a Slurm job
+        its time limit, a node failure or scancel ended): what ended it and what to do. The
+        health waits poll it (to fail at once, not at their deadline), `status` and
+        preflight say it. None where nothing holds the stack, or it still does."""
         ...
 
     def host_stacks(

@@ -52,8 +52,11 @@ class _ProcessDriver:
     def place(self, plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
         return []  # the spec says where each host is
 
-    def release(self, stack: str, workspace: Workspace) -> None:
+    def release(self, stack: str, workspace: Workspace) -> str | None:
         return None  # nothing beyond the services
+
+    def allocation_ended(self, stack: str, workspace: Workspace) -> str | None:
+        return None  # the services run on hosts nothing allocates
 
     def host_stacks(
         self, plan: Plan, rendered: RenderedStack, workspace: Workspace

@@ -33,8 +33,12 @@ from generator.runtimes.slurm_job import (
 )
 from generator.runtimes.slurm_launcher import SrunLauncher
 from generator.slurm import (
+    JobInfo,
     JobState,
     cancel,
+    ended_by_slurm,
+    ended_state,
+    job_info,
     job_name,
     job_request,
     job_state,
@@ -59,6 +63,7 @@ __all__ = ["DRIVER", "HOLD_COMMAND"]
 HOLD_COMMAND = "exec sleep infinity"  # the batch step of a job up submits: it holds the nodes
 _POLL_S = 1.0
 _SAY_EVERY_S = 15.0
+_SETTLE_S = 40.0  # a job scancel ended shows CANCELLED once its nodes cleaned up (KillWait: 30 s)
 
 
 class _SlurmDriver:
@@ -88,8 +93,10 @@ class _SlurmDriver:
             BoundHost(host=host, node=node, address=addresses[node])
             for host, node in zip(hosts, state.nodes, strict=False)
         )
-        write_job(workspace.root, plan.stack, SlurmJob(job_id=job_id, submitted=submitted,
-                                                       hosts=bound))  # fmt: skip
+        seen = job_info(job_id)  # its restarts now: more later, Slurm requeued it under us
+        restarts = seen.restarts if seen else 0
+        job = SlurmJob(job_id=job_id, submitted=submitted, hosts=bound, restarts=restarts)
+        write_job(workspace.root, plan.stack, job)
         where = ", ".join(f"{b.host} on {b.node} ({b.address})" for b in bound)
         reporter.event(EventLevel.INFO, f"Slurm job {job_id}: {where}")
         index = {host.name: number for number, host in enumerate(plan.hosts)}
@@ -97,13 +104,30 @@ class _SlurmDriver:
             f"hosts.{index[b.host]}.address={b.address}" for b in bound
         ]
 
-    def release(self, stack: str, workspace: Workspace) -> None:
+    def release(self, stack: str, workspace: Workspace) -> str | None:
+        """Cancels the job up submitted, unless Slurm ended it already (then says how); a job
+        of the user's is left running. The stack's record of it goes either way."""
         job = read_job(workspace.root, stack)
         if job is None:
-            return
-        if job.submitted:
+            return None
+        info = job_info(job.job_id, settle_s=_SETTLE_S)
+        ended = ended_state(info, restarts_seen=job.restarts) if info else None
+        if ended is not None:
+            found = f"Slurm job {job.job_id} had ended already ({_how(ended, info)})"
+        elif job.submitted:
             cancel(job.job_id)
+            found = f"cancelled Slurm job {job.job_id}"
+        else:
+            found = f"left Slurm job {job.job_id} running (yours: scancel it when done)"
         remove_job(workspace.root, stack)
+        return f"{found}; its record removed"
+
+    def allocation_ended(self, stack: str, workspace: Workspace) -> str | None:
+        job = read_job(workspace.root, stack)
+        info = job_info(job.job_id, settle_s=_SETTLE_S) if job else None
+        if job is None or info is None:
+            return None  # no job, or Slurm did not answer: nothing known, nothing claimed
+        return ended_by_slurm(info, job_id=job.job_id, stack=stack, restarts_seen=job.restarts)
 
     def host_stacks(
         self, plan: Plan, rendered: RenderedStack, workspace: Workspace
@@ -121,6 +145,8 @@ class _SlurmDriver:
 
     def preflight(self, context: RunContext) -> str:
         job = _bound_job(context.plan.stack, context.workspace, context.plan.slurm)
+        if ended := self.allocation_ended(context.plan.stack, context.workspace):
+            raise XpydError(ended)
         state = job_state(job.job_id)
         if state is None or not state.running:
             raise XpydError(
@@ -244,9 +270,10 @@ def _wait_running(
         if state is not None and state.running and state.nodes:
             return state
         if state is None or state.ended:
-            seen = state.state if state else "gone from squeue"
+            info = job_info(job_id)  # squeue lists no ended job; scontrol says how it ended
+            how = _how(ended_state(info) or info.state, info) if info else "gone from squeue"
             raise XpydError(
-                f"Slurm job {job_id} ended before it ran ({seen})",
+                f"Slurm job {job_id} is not running: it ended ({how})",
                 hint=f"see its output under {SLURM_DIR}/ and `scontrol show job {job_id}`",
             )
         waited = time.monotonic() - started
@@ -264,6 +291,11 @@ def _wait_running(
                 f"{waited:.0f} s of {wait_s} s",
             )  # fmt: skip
         time.sleep(_POLL_S)
+
+
+def _how(state: str, info: JobInfo | None) -> str:
+    reason = info.reason if info and info.reason not in ("", "None") else ""
+    return f"{state}, reason {reason}" if reason else state
 
 
 DRIVER = _SlurmDriver()

@@ -17,6 +17,7 @@ from generator.spec import Profile
 from generator.topologies import topology_of
 from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
+from generator.workflow.runtimes import runtime_driver
 
 __all__ = [
     "ROUTER_DEADLINE_S",
@@ -36,6 +37,7 @@ ROUTER_DEADLINE_S = 120.0
 _ENGINE_DEADLINE_S = {Profile.GPU: 1800.0, Profile.CPU: 300.0}
 _LOG_TAIL = 40
 _ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
+_ALLOCATION_EVERY_S = 5.0  # how often a wait asks whether the stack's allocation ended
 _HEALTH_POLL_S = 1.0
 _CLOCK_SLACK_S = 1.0  # Docker's StartedAt and this clock: one machine, rounding apart
 # Mutual KV peers restarted together start seconds apart; more than this is a restart missed.
@@ -114,11 +116,30 @@ def _state_of(stack: HostStack, service: str, *, max_age_s: float) -> ServiceSta
     return next((s for s in stack.runtime.ps(max_age_s=max_age_s) if s.service == service), None)
 
 
+def _allocation(context: RunContext) -> Callable[[bool], None]:
+    """A check that raises, with the runtime's one line, once what the stack runs in ended
+    under it (a Slurm job its time limit or scancel ended): asked every few seconds, or at
+    once (``now``) when a service exited, which is how such an end shows first."""
+    driver = runtime_driver(context.plan.runtime)
+    asked = [-_ALLOCATION_EVERY_S]
+
+    def check(now: bool) -> None:
+        if not now and time.monotonic() - asked[0] < _ALLOCATION_EVERY_S:
+            return
+        asked[0] = time.monotonic()
+        if ended := driver.allocation_ended(context.plan.stack, context.workspace):
+            raise StackError(ended)
+
+    return check
+
+
 def _alive(context: RunContext, service: str) -> Callable[[], None]:
     """A check to call while waiting for ``service``: it raises once the service exited, or
     exited and was restarted by its policy (a service that crashes while it starts crashes
-    again: waiting out every restart only delays the same error)."""
+    again: waiting out every restart only delays the same error), or once what the stack
+    runs in ended (a Slurm job: its one line, not the exit it caused)."""
     stack = context.host_of(service)
+    allocation_ended = _allocation(context)
     where = f" (host {stack.name})" if context.plan.is_multi_host else ""
     first_restarts: list[int] = []  # its count at the first look: a stack left running has some
 
@@ -127,9 +148,11 @@ def _alive(context: RunContext, service: str) -> Callable[[], None]:
 
     def assert_alive() -> None:
         context.raise_if_cancelled()
+        allocation_ended(False)
         state = _state_of(stack, service, max_age_s=_ALIVE_EVERY_S)
         if state is None or state.exited or restarted(state):
             state = _state_of(stack, service, max_age_s=0.0)  # bad news is confirmed fresh
+            allocation_ended(True)
         if state is not None and not first_restarts:
             first_restarts.append(state.restarts)
         if state is not None and not state.exited and not restarted(state):

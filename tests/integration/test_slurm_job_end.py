@@ -1,0 +1,168 @@
+"""Jobs Slurm ends under a running stack, on a real Slurm cluster (tests/integration/
+slurm_cluster.py): cpu-slurm brought up in a job that hits a 1-minute time limit, and in one
+`scancel` ends while its engines load. Each time `up`'s health wait fails at once with Slurm's
+one line (not at its 300 s deadline, not with an engine's exit code), `status` gives the same
+line and exits 1, and `down` of the dead job says what it found and leaves nothing: no job, no
+record, no process.
+
+The engines need not become healthy here (the job ends first), but they are the real ones:
+the cpu Pythons the checkout's `python -m generator env cpu-slurm` made, else the process
+tests', else made here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.conftest import ROOT, cli, workspace_copy
+from tests.integration.slurm_cluster import SlurmCluster
+from tests.integration.slurm_files import NodeResources
+
+pytestmark = [pytest.mark.slurm, pytest.mark.stack]
+STACK = "cpu-slurm"
+_ENGINE_DEADLINE_S = 300.0  # a cpu engine's health wait (generator/workflow/steps/services.py)
+_FIX = f"run `python -m generator down {STACK}`, then `up {STACK}` again"
+
+
+def slurm_cli(
+    cluster: SlurmCluster, *args: str, root: Path, timeout_s: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`python -m generator ARGS` on the cluster's login side, against the copy at ``root``."""
+    return subprocess.run(
+        cluster.client_command(sys.executable, "-m", "generator", *args),
+        capture_output=True, text=True, env=_env(cluster, root), timeout=timeout_s, check=False,
+    )  # fmt: skip
+
+
+def _env(cluster: SlurmCluster, root: Path) -> dict[str, str]:
+    return cluster.client_env() | {"XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1"}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    """Two nodes of 2 cores declaring 16 GB each, as test_slurm_stack's (an engine and its
+    LMCache server share a node's memory cgroup)."""
+    roomy = NodeResources(cpus=2, memory_mb=16_000, gpus=0)
+    with SlurmCluster(nodes=(roomy, roomy)) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def copy(scratch_root: Path) -> Path:
+    return workspace_copy(scratch_root / "slurm-end")
+
+
+@pytest.fixture(scope="module")
+def pythons(scratch_root: Path) -> list[str]:
+    for home in (ROOT, scratch_root / "process"):
+        engine, router = (home / f".cache/env/{n}/bin/python" for n in ("engine-cpu", "router"))
+        if engine.exists() and router.exists():
+            return ["--python", str(engine), "--set", f"process.router_python={router}"]
+    home = workspace_copy(scratch_root / "slurm-end-env")
+    made = cli("env", STACK, root=home)
+    assert made.returncode == 0, made.stderr[-3000:]
+    engine, router = (home / f".cache/env/{n}/bin/python" for n in ("engine-cpu", "router"))
+    return ["--python", str(engine), "--set", f"process.router_python={router}"]
+
+
+def _nothing_left(cluster: SlurmCluster, copy: Path) -> None:
+    assert cluster.run("squeue", "--noheader").stdout.strip() == ""  # no job, no step
+    assert not (copy / ".cache/slurm" / f"{STACK}.json").exists()
+    assert _processes_of(copy) == []
+
+
+def _processes_of(copy: Path) -> list[psutil.Process]:
+    """Every process that runs from the copy: a step's srun client, or what a step runs."""
+    found = []
+    for process in psutil.process_iter(["cwd"]):
+        try:
+            if process.info["cwd"] == str(copy) and process.pid != os.getpid():
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str) -> None:
+    """`status` says ``ended`` (Slurm's state, how) in one line and exits 1; `down` says the
+    job had ended and leaves nothing."""
+    status = slurm_cli(cluster, "status", STACK, root=copy)
+    assert status.returncode == 1, status.stdout[-2000:] + status.stderr[-2000:]
+    lines = [line for line in status.stderr.splitlines() if "of stack cpu-slurm ended" in line]
+    assert len(lines) == 1, status.stderr
+    assert ended in lines[0]
+    assert lines[0].endswith(_FIX)
+    down = slurm_cli(cluster, "down", STACK, root=copy, timeout_s=300)
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert "Traceback" not in down.stderr
+    assert "had ended already" in down.stderr
+    assert "its record removed" in down.stderr
+    _nothing_left(cluster, copy)
+
+
+def test_a_job_its_time_limit_ends_fails_ups_wait_at_once_with_one_line(
+    cluster: SlurmCluster, copy: Path, pythons: list[str]
+) -> None:
+    started = time.monotonic()
+    limit = ["--set", "slurm.time_limit_min=1"]
+    up = slurm_cli(cluster, "up", STACK, *pythons, *limit, "--run-id", "end-timeout", root=copy)
+    took_s = time.monotonic() - started
+    assert up.returncode == 1, up.stdout[-2000:] + up.stderr[-3000:]
+    said = (
+        f"of stack {STACK} ended: TIMEOUT (its time limit, 00:01:00, ran out); raise "
+        f"slurm.time_limit_min, or {_FIX}"
+    )
+    assert said in up.stderr, up.stderr[-3000:]
+    assert took_s < _ENGINE_DEADLINE_S, f"up waited {took_s:.0f} s"
+    print(f"[slurm-end] up ended by the time limit after {took_s:.0f} s", flush=True)
+    _status_and_down(cluster, copy, "ended: TIMEOUT (its time limit, 00:01:00, ran out)")
+
+
+def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
+    cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
+) -> None:
+    command = ["up", STACK, *pythons, "--run-id", "end-scancel"]
+    with (tmp_path / "up.err").open("w+") as errors:
+        up = subprocess.Popen(
+            cluster.client_command(sys.executable, "-m", "generator", *command),
+            env=_env(cluster, copy), stdout=subprocess.DEVNULL, stderr=errors, text=True,
+        )  # fmt: skip
+        try:
+            job_id = _wait_for_step(cluster, ":decode-0", up)
+            cancelled = time.monotonic()
+            cluster.run("scancel", job_id)
+            up.wait(timeout=240)
+        finally:
+            if up.poll() is None:
+                up.kill()  # our own child; its steps end with the job
+                up.wait()
+        errors.seek(0)
+        stderr = errors.read()
+    took_s = time.monotonic() - cancelled
+    assert up.returncode == 1, stderr[-3000:]
+    said = f"slurm job {job_id} of stack {STACK} ended: CANCELLED (scancel, by you or an "
+    assert said in stderr, stderr[-3000:]
+    assert took_s < 60, f"up took {took_s:.0f} s to see the job cancelled"
+    print(f"[slurm-end] up saw the scancel after {took_s:.0f} s", flush=True)
+    _status_and_down(cluster, copy, f"slurm job {job_id} of stack {STACK} ended: CANCELLED")
+
+
+def _wait_for_step(cluster: SlurmCluster, step: str, up: subprocess.Popen[str]) -> str:
+    """The id of the job once a step whose name ends in ``step`` runs in it (steps are named
+    <process project>:<service>): the engine is loading."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and up.poll() is None:
+        listed = cluster.run("squeue", "--noheader", "--steps", "--format=%i %j", check=False)
+        for fields in (line.split() for line in listed.stdout.splitlines()):
+            if len(fields) == 2 and fields[1].endswith(step):
+                return fields[0].split(".")[0]
+        time.sleep(1)
+    raise AssertionError(f"no step {step} in 300 s (up exited {up.poll()})")
