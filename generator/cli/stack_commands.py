@@ -137,7 +137,12 @@ def render(
         else:
             success(f"{plan.stack}: committed output is up to date")
     if drifted:
+        hint = (
+            "run `python -m generator render <stack> --target kubernetes` (its output is "
+            "not committed)"
+            if pods
+            else "run `python -m generator render --all` and commit the result"
+        )
         raise DriftError(
-            "rendered output differs from what is committed:\n" + "\n".join(drifted),
-            hint="run `python -m generator render --all` and commit the result",
+            "rendered output differs from what is committed:\n" + "\n".join(drifted), hint=hint
         )

@@ -11,7 +11,7 @@ Grafana: see monitoring.py) and one-off runs (bench) are left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -79,20 +79,19 @@ def stack_objects(
 ) -> dict[PurePosixPath, list[dict[str, Any]]]:
     """Each file of the export's base and its objects (``kustomization.yaml`` aside)."""
     pods = stack_pods(plan, deployment)
+    workloads = {pod.name: _workload(plan, pod, options) for pod in pods}
     router = plan.router.service
+    engines = [workloads[p.name] for p in pods if _engine(p)]
+    shared = [workloads[p.name] for p in pods if not _engine(p) and p.name != router]
     files = {
         PurePosixPath("namespace.yaml"): [_namespace(plan.stack)],
         PurePosixPath("configmaps.yaml"): [_config_map(c) for p in pods for c in p.configs],
         PurePosixPath("services.yaml"): list(_services(plan, pods)),
-        PurePosixPath("engines.yaml"): [_workload(plan, p, options) for p in pods if _engine(p)],
-        PurePosixPath("shared.yaml"): [
-            _workload(plan, p, options) for p in pods if not _engine(p) and p.name != router
-        ],
-        PurePosixPath("router.yaml"): [
-            _workload(plan, p, options) for p in pods if p.name == router
-        ],
+        PurePosixPath("engines.yaml"): engines,
+        PurePosixPath("shared.yaml"): shared,
+        PurePosixPath("router.yaml"): [workloads[router]],
     }
-    if _claims_model_cache(pods, options):
+    if _claims(workloads.values(), options.model_cache_claim):
         files[PurePosixPath("storage.yaml")] = [_model_cache_claim(options)]
     return {path: objects for path, objects in files.items() if objects}
 
@@ -167,11 +166,11 @@ def _service(plan: Plan, part: PodPart, pod: str, *, headless: bool) -> dict[str
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, labels), "spec": spec}
 
 
-def _claims_model_cache(pods: Sequence[Pod], options: PodOptions) -> bool:
+def _claims(workloads: Iterable[dict[str, Any]], claim: str) -> bool:
     return any(
-        volume.get("persistentVolumeClaim", {}).get("claimName") == options.model_cache_claim
-        for pod in pods
-        for volume in pod_spec(pod.main, pod.sidecars, pod.volumes, options)["volumes"]
+        volume.get("persistentVolumeClaim", {}).get("claimName") == claim
+        for workload in workloads
+        for volume in workload["spec"]["template"]["spec"]["volumes"]
     )
 
 
