@@ -10,7 +10,14 @@ from __future__ import annotations
 from generator.plan.models import EnginePlan, HostPlan, Network, Plan, Role
 from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
 from generator.plan.parts import RouterPlan, SidecarPlan
-from generator.plan.placement import GpuView, Slot, check_gpu_shares, gpu_views, place_engines
+from generator.plan.placement import (
+    GpuView,
+    Slot,
+    check_gpu_shares,
+    gpu_views,
+    own_gpu_views,
+    place_engines,
+)
 from generator.plan.ports import PortBook
 from generator.plan.resolve import resolve_hf, resolve_model, resolve_ucx
 from generator.plan.warnings import collect_warnings
@@ -22,14 +29,19 @@ from generator.topologies import EngineSite, TopologyUnit, topology_unit
 __all__ = ["make_plan"]
 
 
-def make_plan(spec: Spec) -> Plan:
+def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
+    """``pod_network``: plan for a cluster where each engine is a pod with its own address
+    (the Kubernetes export): the bridge's addressing (every service reached by its name, every
+    socket bound on all interfaces), and each engine sees only its own GPUs (the device plugin
+    hands a pod exactly what it requests)."""
     # Host networking on GPUs (NIXL and RDMA advertise host addresses), across hosts (KV and
     # side channels must reach the other host's address) and where the runtime has no bridge
     # (local processes); a bridge for single-host cpu stacks in containers.
     multi_host = len(spec.hosts) > 1
     runtime = runtime_kind(spec.runtime)
     gpu = spec.profile is Profile.GPU
-    network: Network = "host" if gpu or multi_host or runtime.host_network else "bridge"
+    host_network = (gpu or multi_host or runtime.host_network) and not pod_network
+    network: Network = "host" if host_network else "bridge"
     topology = topology_unit(spec.topology)
     book = PortBook()
     slots = place_engines(spec)
@@ -37,7 +49,7 @@ def make_plan(spec: Spec) -> Plan:
         check_gpu_shares(spec, slots)
     _claim_fixed_ports(spec, book, slots)
     router = _plan_router(spec, book, network, notices=topology.router_notices)
-    views = gpu_views(slots) if gpu else {}
+    views = (own_gpu_views(slots) if pod_network else gpu_views(slots)) if gpu else {}
     hosts = {host.name: host for host in spec.hosts}
     engines = [
         _plan_engine(
@@ -62,6 +74,7 @@ def make_plan(spec: Spec) -> Plan:
         slurm=spec.slurm if "slurm" in runtime.sections else None,
         recovery=spec.recovery,
         network=network,
+        pod_network=pod_network,
         rdma=_rdma(spec, slots),
         ucx=resolve_ucx(spec),
         gpu_access=spec.gpu.access,

@@ -48,10 +48,15 @@ def stack_names(stacks: Sequence[str] | None, all_stacks: bool) -> list[str]:
 
 
 def load_plan(
-    stack: str, overrides: Sequence[str] = (), workspace: Workspace | None = None
+    stack: str,
+    overrides: Sequence[str] = (),
+    workspace: Workspace | None = None,
+    *,
+    pod_network: bool = False,
 ) -> Plan:
+    """``pod_network``: planned for Kubernetes (renders kubernetes/<stack>/)."""
     workspace = workspace or find_workspace()
-    return make_plan(load_spec(workspace.stack_file(stack), overrides))
+    return make_plan(load_spec(workspace.stack_file(stack), overrides), pod_network=pod_network)
 
 
 def render_in_memory(plan: Plan, workspace: Workspace | None = None) -> RenderedStack:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +27,22 @@ SetOpt = Annotated[
     ),
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every stack under stacks/.")]
+
+
+class Target(StrEnum):
+    COMPOSE = "compose"  # compose projects (or process plans), Dockerfiles, plan.json
+    KUBERNETES = "kubernetes"  # a kustomization under kubernetes/<stack>/
+
+
+TargetOpt = Annotated[
+    Target,
+    typer.Option(
+        "--target",
+        help="What to render for: compose (and the process and Slurm runtimes), or "
+        "kubernetes (kubernetes/<stack>/, applied with `kubectl apply -k`; docs/kubernetes.md).",
+        envvar="XPYD_RENDER_TARGET",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -75,8 +92,8 @@ def render(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Root to write compose/<stack>/ and images/<stack>/ under "
-            "\\[default: the checkout]."
+            help="Root to write compose/<stack>/ and images/<stack>/ (or kubernetes/<stack>/) "
+            "under \\[default: the checkout]."
         ),
     ] = None,
     set_: SetOpt = None,
@@ -87,18 +104,23 @@ def render(
             help="Write nothing; exit 1 if the committed output differs (CI drift check).",
         ),
     ] = False,
+    target: TargetOpt = Target.COMPOSE,
 ) -> None:
     """Write a stack's Dockerfiles, compose project(s), LMCache and router configs.
 
     Output: images/<stack>/*.Dockerfile, compose/<stack>/compose.yaml (one folder per host for
-    multi-host stacks) and plan.json. Rendering is all-or-nothing: on any error nothing is written.
+    multi-host stacks) and plan.json; with --target kubernetes, kubernetes/<stack>/ (the
+    images are compose's: render for compose too to build them). Rendering is all-or-nothing:
+    on any error nothing is written.
     """
     from generator.console import success, warn
     from generator.errors import DriftError
     from generator.workbench import check_drift, load_plan, stack_names, write_stacks
 
     # Every spec is loaded and planned before anything is written: one bad stack, none written.
-    plans = [load_plan(name, set_ or []) for name in stack_names(stacks, all_stacks)]
+    pods = target is Target.KUBERNETES
+    wanted = stack_names(stacks, all_stacks)
+    plans = [load_plan(name, set_ or [], pod_network=pods) for name in wanted]
     for plan in plans:
         for line in plan.warnings:
             warn(f"{plan.stack}: {line}")
@@ -115,7 +137,12 @@ def render(
         else:
             success(f"{plan.stack}: committed output is up to date")
     if drifted:
+        hint = (
+            "run `python -m generator render <stack> --target kubernetes` (its output is "
+            "not committed)"
+            if pods
+            else "run `python -m generator render --all` and commit the result"
+        )
         raise DriftError(
-            "rendered output differs from what is committed:\n" + "\n".join(drifted),
-            hint="run `python -m generator render --all` and commit the result",
+            "rendered output differs from what is committed:\n" + "\n".join(drifted), hint=hint
         )

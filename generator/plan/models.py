@@ -34,6 +34,8 @@ from generator.spec import (
 )
 
 __all__ = [
+    "POD_IP_ENV",
+    "POD_IP_REF",
     "EnginePlan",
     "HFPlan",
     "HostPlan",
@@ -53,6 +55,12 @@ class Role(StrEnum):
 
 
 Network = Literal["host", "bridge"]
+
+# Under a pod network (the Kubernetes export) a container's own pod IP, where a socket must be
+# bound to it: the serializer defines ``POD_IP`` first in each container's environment (the
+# downward API), and Kubernetes expands ``$(POD_IP)`` in later env values and arguments.
+POD_IP_ENV = "POD_IP"
+POD_IP_REF = f"$({POD_IP_ENV})"
 
 
 class PortUse(Frozen):
@@ -147,6 +155,9 @@ class Plan(Frozen):
     slurm: SlurmSpec | None = Field(None, exclude_if=lambda value: value is None)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     network: Network
+    # Planned for a cluster's pod network (make_plan's ``pod_network``): bridge addressing, one
+    # pod per engine; left out of plan.json when off.
+    pod_network: bool = Field(False, exclude_if=lambda value: not value)
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)
     ucx: UcxPlan
     gpu_access: GpuAccess

@@ -181,6 +181,12 @@ def gpu_views(slots: list[Slot]) -> dict[Slot, GpuView]:
     return views
 
 
+def own_gpu_views(slots: list[Slot]) -> dict[Slot, GpuView]:
+    """Each engine sees its own GPUs only, numbered from 0 (a pod given GPUs by a device
+    plugin: which host GPUs they are is the cluster's choice)."""
+    return {slot: GpuView(slot.devices, tuple(range(len(slot.devices)))) for slot in slots}
+
+
 def place_engines(spec: Spec) -> list[Slot]:
     placer = _AutoPlacer(_make_pools(spec))
     slots: list[Slot] = []

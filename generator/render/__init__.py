@@ -1,6 +1,7 @@
 """Rendering: Plan -> files (Dockerfiles under images/<stack>/, compose projects, LMCache and
 router configs, plan.json under compose/<stack>/, processes.yaml under the process runtime, a
-manifest of them in each stack folder).
+manifest of them in each stack folder); for a pod-network plan, kubernetes/<stack>/
+(render/kubernetes.py).
 Pure: returns text, writes nothing.
 
 The services come from the neutral model (generator/services, ``RenderedStack.deployment``);
@@ -38,6 +39,12 @@ class RenderedStack:
 
 
 def render_stack(plan: Plan, workspace: Workspace) -> RenderedStack:
+    """A plan made for a pod network renders for Kubernetes (render/kubernetes.py)."""
+    if plan.pod_network:
+        from generator.render.kubernetes import render_kubernetes
+
+        exported, folder, pods = render_kubernetes(plan, workspace)
+        return RenderedStack(plan.stack, exported, (folder,), (), pods, ())
     images = plan_images(plan, workspace)
     built = {i.role: image_ref(i.tag, i.dockerfile) for i in images}
     deployment = build_deployment(plan, pulled_images(plan) | built)

@@ -42,8 +42,22 @@ def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _PlainDumper.add_representer(str, _represent_str)
 
 
-def dump_yaml(data: Any, *, header: str = "") -> str:
-    body = yaml.dump(
-        data, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=100_000
-    )
+class _BlockDumper(_PlainDumper):
+    """Multi-line strings as literal blocks (files held in a Kubernetes ConfigMap)."""
+
+
+def _represent_block(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return _represent_str(dumper, data)
+
+
+_BlockDumper.add_representer(str, _represent_block)
+
+
+def dump_yaml(data: Any, *, header: str = "", blocks: bool = False) -> str:
+    """``blocks``: multi-line strings as ``|`` blocks (else quoted, as compose files were
+    first written)."""
+    dumper = _BlockDumper if blocks else _PlainDumper
+    body = yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False, width=100_000)
     return header + body

@@ -109,6 +109,9 @@ class Health:
     command: tuple[str, ...]  # run inside the container: exit 0 = healthy
     start_period_s: int  # failures before this do not count
     endpoints: tuple[HttpEndpoint, ...] = ()
+    # Where a prober asks whether it serves, where that differs from being up (vLLM: its
+    # /v1/models, which lists the model once loaded); None: up is ready.
+    ready: HttpEndpoint | None = None
     interval_s: int = 5
     timeout_s: int = 5
     retries: int = 3

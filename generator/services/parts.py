@@ -105,6 +105,8 @@ def engine_service(
     # where LMCache binds them).
     start = _START_PERIOD_S[plan.profile]
     health = _health(engine.http_port, "/health", start, topology.engine_listening(engine))
+    # Up (/health) is not serving: as the workflow's engine wait, /v1/models must answer too.
+    health = replace(health, ready=HttpEndpoint(engine.http_port, "/v1/models"))
     if sidecars is None:
         sidecars = [s for s in plan.sidecars if s.engine == engine.name]
     return replace(

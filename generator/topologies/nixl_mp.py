@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from generator.errors import PlanError, SpecIssue
 from generator.plan.files import ConfigFile, MetricsPage
-from generator.plan.models import EnginePlan, Plan, Role
+from generator.plan.models import POD_IP_REF, EnginePlan, Plan, Role
 from generator.plan.parts import (
     LMCacheServerPlan,
     NixlMPEngineKV,
@@ -158,8 +158,11 @@ class NixlMP:
         }
 
     def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]:
+        # vLLM binds its side channel at this address: in a pod, the pod's IP (its name
+        # resolves only once the pod is ready, after the side channel must be up).
+        host = POD_IP_REF if plan.pod_network else engine.advertise_host
         return {
-            "VLLM_NIXL_SIDE_CHANNEL_HOST": engine.advertise_host,
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": host,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(_kv(engine).side_channel_ports[0]),
         }
 

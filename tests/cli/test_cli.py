@@ -138,3 +138,24 @@ def test_a_fault_the_drill_cannot_finish_is_refused_before_anything_starts(
     assert result.returncode == 2
     assert says in " ".join(result.stderr.split())
     assert (set(runs.iterdir()) if runs.is_dir() else set()) == before  # no run folder made
+
+
+def test_render_for_kubernetes_writes_its_own_folder_only(tmp_path: Path) -> None:
+    result = run("render", "cpu-1p1d", "--target", "kubernetes", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "cpu-1p1d: wrote" in result.stderr
+    assert (tmp_path / "kubernetes/cpu-1p1d/kustomization.yaml").is_file()
+    assert (tmp_path / "kubernetes/cpu-1p1d/monitoring/kustomization.yaml").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kubernetes"]
+    check = ["render", "cpu-1p1d", "--target", "kubernetes", "--out", str(tmp_path), "--check"]
+    assert run(*check).returncode == 0
+    drifted = run(*check, "--set", 'decode.extra_args=["--seed", "1"]')
+    assert drifted.returncode == 1
+    assert "kubernetes/cpu-1p1d/engines.yaml: differs" in drifted.stderr
+    assert "--target kubernetes` (its output is not committed)" in drifted.stderr
+
+
+def test_render_refuses_an_unknown_target() -> None:
+    result = run("render", "cpu-1p1d", "--target", "helm")
+    assert result.returncode == 2
+    assert "'helm' is not one of 'compose', 'kubernetes'" in result.stderr

@@ -1,0 +1,269 @@
+"""Our own invariants of an export, for what the schemas do not catch: each check reads the
+rendered objects (dicts, as they are written) and returns its problems, one line each.
+
+- every Service, workload and PodMonitor selector matches a pod template of the export;
+- every port a probe, Service or PodMonitor names is declared by a container of that pod, and
+  no two containers of a pod declare one port (number or name);
+- each NIXL side channel (one per TP rank) has its own port, and vLLM is told the first;
+- names are what Kubernetes takes (Services: DNS labels; ports: IANA service names);
+- every ConfigMap and claim a pod mounts is in the export, every Secret is one the docs tell
+  the user to create, and no object carries a secret's value;
+- each engine pod asks for exactly its TP size in GPUs, and its CUDA_VISIBLE_DEVICES counts
+  as many.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from generator.serializers.kubernetes.naming import is_dns_label, is_port_name
+from generator.serializers.kubernetes.pods import (
+    ENV_SECRET,
+    GPU_RESOURCE,
+    HF_TOKEN_ENV_SECRET,
+    HF_TOKEN_SECRET,
+)
+
+__all__ = ["CHECKS", "Check", "check_objects"]
+
+_WORKLOADS: Final = ("StatefulSet", "Deployment")
+_USER_SECRETS: Final = (HF_TOKEN_SECRET, HF_TOKEN_ENV_SECRET, ENV_SECRET)
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY", re.IGNORECASE)
+_WHERE = re.compile(r"_(PATH|FILE|DIR)$")
+_SIDE_CHANNEL = re.compile(r"nixl-side(?:-(\d+))?")
+_SIDE_CHANNEL_ENV: Final = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A workload's pod template, as the checks read it."""
+
+    workload: str
+    labels: dict[str, str]
+    containers: list[Obj]  # init containers (sidecars) first
+    volumes: list[Obj]
+
+    def ports(self) -> list[Obj]:
+        return [port for c in self.containers for port in c.get("ports", [])]
+
+    def has_port(self, port: int | str) -> bool:
+        key = "name" if isinstance(port, str) else "containerPort"
+        return any(declared.get(key) == port for declared in self.ports())
+
+
+Check = Callable[[Sequence[Obj], Mapping[str, int]], Iterator[str]]
+
+
+def check_objects(objects: Sequence[Obj], gpus: Mapping[str, int]) -> list[str]:
+    """``gpus``: each engine workload's TP size (the GPUs its pod must ask for)."""
+    return [problem for check in CHECKS for problem in check(objects, gpus)]
+
+
+def _pods(objects: Sequence[Obj]) -> list[PodView]:
+    views = []
+    for obj in objects:
+        if obj.get("kind") in _WORKLOADS:
+            template = obj["spec"]["template"]
+            spec = template["spec"]
+            containers = [*spec.get("initContainers", []), *spec.get("containers", [])]
+            labels = template.get("metadata", {}).get("labels", {})
+            views.append(PodView(obj["metadata"]["name"], labels, containers, spec["volumes"]))
+    return views
+
+
+def _selected(selector: Mapping[str, str], pods: Sequence[PodView]) -> list[PodView]:
+    if not selector:
+        return []
+    return [pod for pod in pods if all(pod.labels.get(k) == v for k, v in selector.items())]
+
+
+def _where(obj: Obj) -> str:
+    return f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+
+
+def _selectors(obj: Obj) -> Mapping[str, str] | None:
+    kind = obj.get("kind")
+    if kind == "Service":
+        return dict(obj["spec"].get("selector", {}))
+    if kind in (*_WORKLOADS, "PodMonitor"):
+        return dict(obj["spec"]["selector"].get("matchLabels", {}))
+    return None
+
+
+def selectors_match(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    pods = _pods(objects)
+    for obj in objects:
+        selector = _selectors(obj)
+        if selector is not None and not _selected(selector, pods):
+            yield f"{_where(obj)}: its selector {selector} matches no pod template"
+        if obj.get("kind") in _WORKLOADS:
+            template = obj["spec"]["template"].get("metadata", {}).get("labels", {})
+            if any(template.get(k) != v for k, v in (selector or {}).items()):
+                yield f"{_where(obj)}: its selector does not match its own pod template"
+
+
+def ports_declared(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    pods = _pods(objects)
+    for pod in pods:
+        yield from _probe_ports(pod)
+        yield from _clashes(pod)
+    for obj in objects:
+        for port in _referred_ports(obj):
+            for pod in _selected(_selectors(obj) or {}, pods):
+                if not pod.has_port(port):
+                    yield f"{_where(obj)}: port {port!r} is not declared in {pod.workload}'s pod"
+
+
+def _referred_ports(obj: Obj) -> list[int | str]:
+    if obj.get("kind") == "Service":
+        return [port.get("targetPort", port["port"]) for port in obj["spec"]["ports"]]
+    if obj.get("kind") == "PodMonitor":
+        return [endpoint["port"] for endpoint in obj["spec"]["podMetricsEndpoints"]]
+    return []
+
+
+def _probe_ports(pod: PodView) -> Iterator[str]:
+    for container in pod.containers:
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            http = container.get(probe, {}).get("httpGet")
+            if http is not None and not pod.has_port(http["port"]):
+                yield (
+                    f"{pod.workload}/{container['name']}: {probe} asks port {http['port']!r}, "
+                    "which no container of the pod declares"
+                )
+
+
+def _clashes(pod: PodView) -> Iterator[str]:
+    for key in ("containerPort", "name"):
+        counts = Counter(port[key] for port in pod.ports())
+        for value, count in sorted(counts.items(), key=str):
+            if count > 1:
+                yield f"{pod.workload}: {count} container ports share {key} {value!r}"
+
+
+def side_channels(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    for pod in _pods(objects):
+        for container in pod.containers:
+            yield from _side_channel_ports(pod, container)
+
+
+def _side_channel_ports(pod: PodView, container: Obj) -> Iterator[str]:
+    ranks = {
+        int(match.group(1) or 0): port["containerPort"]
+        for port in container.get("ports", [])
+        if (match := _SIDE_CHANNEL.fullmatch(port["name"])) is not None
+    }
+    where = f"{pod.workload}/{container['name']}"
+    if len(set(ranks.values())) != len(ranks):
+        yield f"{where}: TP ranks share a NIXL side-channel port ({ranks})"
+    if ranks and sorted(ranks) != list(range(len(ranks))):
+        yield f"{where}: NIXL side-channel ranks {sorted(ranks)} are not 0..{len(ranks) - 1}"
+    told = _env_value(container, _SIDE_CHANNEL_ENV)
+    if ranks and told != str(ranks.get(0)):
+        yield f"{where}: {_SIDE_CHANNEL_ENV} is {told}, not rank 0's port {ranks.get(0)}"
+
+
+def _env_value(container: Obj, name: str) -> str | None:
+    return next((e.get("value") for e in container.get("env", []) if e["name"] == name), None)
+
+
+def names_valid(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    for obj in objects:
+        if obj.get("kind") == "Service" and not is_dns_label(obj["metadata"]["name"]):
+            yield f"{_where(obj)}: the name is not a DNS label (lowercase, a letter first)"
+    for pod in _pods(objects):
+        for port in pod.ports():
+            if not is_port_name(port["name"]):
+                yield f"{pod.workload}: port name {port['name']!r} is not an IANA service name"
+
+
+def references_exist(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    present = {(obj.get("kind"), obj["metadata"]["name"]) for obj in objects}
+    for pod in _pods(objects):
+        for volume in pod.volumes:
+            yield from _volume_reference(pod, volume, present)
+        for container in pod.containers:
+            for name in _secret_refs(container):
+                if name not in _USER_SECRETS:
+                    yield f"{pod.workload}: refers to Secret {name!r}, which no doc names"
+
+
+def _volume_reference(pod: PodView, volume: Obj, present: set[tuple[Any, Any]]) -> Iterator[str]:
+    if "configMap" in volume and ("ConfigMap", volume["configMap"]["name"]) not in present:
+        yield f"{pod.workload}: mounts ConfigMap {volume['configMap']['name']!r}, not exported"
+    claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+    if claim is not None and ("PersistentVolumeClaim", claim) not in present:
+        yield f"{pod.workload}: mounts claim {claim!r}, not exported"
+    secret = volume.get("secret", {}).get("secretName")
+    if secret is not None and secret not in _USER_SECRETS:
+        yield f"{pod.workload}: mounts Secret {secret!r}, which no doc names"
+
+
+def _secret_refs(container: Obj) -> Iterator[str]:
+    for entry in container.get("env", []):
+        ref = entry.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            yield ref["name"]
+    for source in container.get("envFrom", []):
+        if "secretRef" in source:
+            yield source["secretRef"]["name"]
+
+
+def no_secret_values(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    for obj in objects:
+        if obj.get("kind") == "Secret" and (obj.get("data") or obj.get("stringData")):
+            yield f"{_where(obj)}: carries secret values (the user creates Secrets)"
+    for pod in _pods(objects):
+        for container in pod.containers:
+            for entry in container.get("env", []):
+                if "value" in entry and _holds_secret(entry["name"]):
+                    yield f"{pod.workload}: env {entry['name']} holds a value, not a reference"
+
+
+def _holds_secret(name: str) -> bool:
+    """A name that says its value is a secret (HF_TOKEN); one that names where the secret is
+    (HF_TOKEN_PATH) holds a path."""
+    return _SECRET_NAME.search(name) is not None and _WHERE.search(name) is None
+
+
+def gpu_counts(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    for pod in _pods(objects):
+        asked = [_gpus_of(container) for container in pod.containers]
+        total = sum(count for count, _ in asked)
+        if pod.workload in gpus and total != gpus[pod.workload]:
+            yield f"{pod.workload}: asks for {total} GPUs, its TP size is {gpus[pod.workload]}"
+        for container, (count, problem) in zip(pod.containers, asked, strict=True):
+            if problem:
+                yield f"{pod.workload}/{container['name']}: {problem}"
+            visible = _env_value(container, "CUDA_VISIBLE_DEVICES")
+            if count and (visible is None or len(visible.split(",")) != count):
+                yield (
+                    f"{pod.workload}/{container['name']}: CUDA_VISIBLE_DEVICES {visible!r} "
+                    f"does not name its {count} GPUs"
+                )
+
+
+def _gpus_of(container: Obj) -> tuple[int, str | None]:
+    resources = container.get("resources", {})
+    requests = resources.get("requests", {}).get(GPU_RESOURCE)
+    limits = resources.get("limits", {}).get(GPU_RESOURCE)
+    if requests != limits:
+        return int(limits or 0), f"GPU requests {requests} differ from limits {limits}"
+    return int(limits or 0), None
+
+
+CHECKS: tuple[Check, ...] = (
+    selectors_match,
+    ports_declared,
+    side_channels,
+    names_valid,
+    references_exist,
+    no_secret_values,
+    gpu_counts,
+)

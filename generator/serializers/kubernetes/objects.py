@@ -1,0 +1,184 @@
+"""A pod-network plan and its deployment -> the Kubernetes objects of a stack, as data.
+
+One StatefulSet per planned engine (one replica: its pod is the engine, with its own ports,
+config and sidecar), a Deployment for the router and for each stack-wide sidecar (the P2P
+coordinator). Every name a service is reached by on the compose bridge is a headless Service
+here that publishes not-ready pods too: a peer dials an engine's sockets while it starts (its
+`lmcache server`, its KV receiver). A headless Service per role lists the role's pods; the
+router's Service is the stack's front door. Services the cluster brings itself (Prometheus,
+Grafana: see monitoring.py) and one-off runs (bench) are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from generator.plan import Plan
+from generator.serializers.kubernetes.naming import (
+    INSTANCE_LABEL,
+    ROLE_LABEL,
+    STACK_LABEL,
+    namespace_of,
+    pod_labels,
+    port_name,
+)
+from generator.serializers.kubernetes.pods import PodOptions, PodPart, pod_spec
+from generator.serializers.yaml_text import dump_yaml
+from generator.services.model import ConfigFile, Deployment, Service, Volume
+
+__all__ = ["Pod", "stack_objects", "stack_pods"]
+
+_MODEL_CACHE_SIZE = "200Gi"  # a few models' weights; an overlay's to change
+
+
+@dataclass(frozen=True)
+class Pod:
+    """What one pod runs: its main service, its sidecars, and what they share."""
+
+    kind: str  # StatefulSet (an engine) or Deployment
+    main: PodPart
+    sidecars: tuple[PodPart, ...]
+    volumes: tuple[Volume, ...]
+    configs: tuple[ConfigFile, ...]
+
+    @property
+    def name(self) -> str:
+        return self.main.service.name
+
+
+def stack_pods(plan: Plan, deployment: Deployment) -> list[Pod]:
+    """The pods, engines first (in plan order), then stack-wide sidecars and the router."""
+    services = {s.name: (s, host) for host in deployment.hosts for s in host.services}
+    own = {s.service: s.engine for s in plan.sidecars if s.engine is not None}
+    named = _port_names(plan)
+    pods: list[Pod] = []
+    mains = [e.name for e in plan.engines]
+    mains += [s.service for s in plan.sidecars if s.engine is None] + [plan.router.service]
+    for main in mains:
+        service, host = services[main]
+        sidecars = [services[name][0] for name, engine in own.items() if engine == main]
+        parts = [PodPart.of(s, named.get(s.name, ())) for s in (*sidecars, service)]
+        kind = "StatefulSet" if main in {e.name for e in plan.engines} else "Deployment"
+        configs = tuple(c for part in parts for c in part.service.configs)
+        pods.append(Pod(kind, parts[-1], tuple(parts[:-1]), host.volumes, configs))
+    return pods
+
+
+def _port_names(plan: Plan) -> dict[str, list[tuple[str, int]]]:
+    named: dict[str, list[tuple[str, int]]] = {}
+    for use in plan.ports:
+        named.setdefault(use.owner, []).append((port_name(use.purpose, use.port), use.port))
+    return named
+
+
+def stack_objects(
+    plan: Plan, deployment: Deployment, options: PodOptions
+) -> dict[PurePosixPath, list[dict[str, Any]]]:
+    """Each file of the export's base and its objects (``kustomization.yaml`` aside)."""
+    pods = stack_pods(plan, deployment)
+    workloads = {pod.name: _workload(plan, pod, options) for pod in pods}
+    router = plan.router.service
+    engines = [workloads[p.name] for p in pods if _engine(p)]
+    shared = [workloads[p.name] for p in pods if not _engine(p) and p.name != router]
+    files = {
+        PurePosixPath("namespace.yaml"): [_namespace(plan.stack)],
+        PurePosixPath("configmaps.yaml"): [_config_map(c) for p in pods for c in p.configs],
+        PurePosixPath("services.yaml"): list(_services(plan, pods)),
+        PurePosixPath("engines.yaml"): engines,
+        PurePosixPath("shared.yaml"): shared,
+        PurePosixPath("router.yaml"): [workloads[router]],
+    }
+    if _claims(workloads.values(), options.model_cache_claim):
+        files[PurePosixPath("storage.yaml")] = [_model_cache_claim(options)]
+    return {path: objects for path, objects in files.items() if objects}
+
+
+def _engine(pod: Pod) -> bool:
+    return pod.kind == "StatefulSet"
+
+
+def _meta(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"name": name, "labels": labels} if labels else {"name": name}
+
+
+def _namespace(stack: str) -> dict[str, Any]:
+    labels = {STACK_LABEL: stack, "app.kubernetes.io/name": "xpyd"}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace_of(stack), labels)}
+
+
+def _config_map(config: ConfigFile) -> dict[str, Any]:
+    text = config.text if config.text is not None else dump_yaml(config.data)
+    data = {PurePosixPath(config.path).name: text}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(config.name), "data": data}
+
+
+def _selector(stack: str, instance: str) -> dict[str, str]:
+    return {STACK_LABEL: stack, INSTANCE_LABEL: instance}
+
+
+def _workload(plan: Plan, pod: Pod, options: PodOptions) -> dict[str, Any]:
+    service = pod.main.service
+    labels = pod_labels(plan.stack, service.role, pod.name)
+    template = {
+        "metadata": {"labels": labels},
+        "spec": pod_spec(pod.main, pod.sidecars, pod.volumes, options),
+    }
+    spec: dict[str, Any] = {
+        "replicas": 1,
+        "selector": {"matchLabels": _selector(plan.stack, pod.name)},
+    }
+    if _engine(pod):
+        spec |= {"serviceName": pod.name, "podManagementPolicy": "Parallel"}
+    else:
+        spec["strategy"] = {"type": "Recreate"}  # one router: never two answering at once
+    apps = {"apiVersion": "apps/v1", "kind": pod.kind, "metadata": _meta(pod.name, labels)}
+    return apps | {"spec": spec | {"template": template}}
+
+
+def _services(plan: Plan, pods: Sequence[Pod]) -> Iterator[dict[str, Any]]:
+    """Each service's own name (headless: its pod's address), each role's, the router's."""
+    for pod in pods:
+        front = pod.main.service.name == plan.router.service
+        for part in (*pod.sidecars, pod.main):
+            yield _service(plan, part, pod.name, headless=not front)
+    for role in sorted({e.role.value for e in plan.engines}):
+        engine = next(e for e in plan.engines if e.role.value == role)
+        port = {"name": "http", "port": engine.http_port, "targetPort": "http"}
+        selector = {STACK_LABEL: plan.stack, ROLE_LABEL: role}
+        labels = {STACK_LABEL: plan.stack, ROLE_LABEL: role}
+        spec = {"clusterIP": "None", "selector": selector, "ports": [port]}
+        yield {"apiVersion": "v1", "kind": "Service", "metadata": _meta(role, labels)} | {
+            "spec": spec
+        }
+
+
+def _service(plan: Plan, part: PodPart, pod: str, *, headless: bool) -> dict[str, Any]:
+    service: Service = part.service
+    ports = [{"name": name, "port": port, "targetPort": name} for name, port in part.ports]
+    spec: dict[str, Any] = {"selector": _selector(plan.stack, pod), "ports": ports}
+    if headless:
+        spec |= {"clusterIP": "None", "publishNotReadyAddresses": True}
+    labels = {STACK_LABEL: plan.stack, ROLE_LABEL: service.role}
+    name = service.hostname or service.name
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, labels), "spec": spec}
+
+
+def _claims(workloads: Iterable[dict[str, Any]], claim: str) -> bool:
+    return any(
+        volume.get("persistentVolumeClaim", {}).get("claimName") == claim
+        for workload in workloads
+        for volume in workload["spec"]["template"]["spec"]["volumes"]
+    )
+
+
+def _model_cache_claim(options: PodOptions) -> dict[str, Any]:
+    """Shared by every engine pod of the stack, which may run on different nodes."""
+    spec = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": _MODEL_CACHE_SIZE}},
+    }
+    meta = _meta(options.model_cache_claim)
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}

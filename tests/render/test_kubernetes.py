@@ -1,0 +1,263 @@
+"""The Kubernetes export (render --target kubernetes) of every shipped stack, read back from
+the files it writes: every object against Kubernetes 1.33's schemas in strict mode (unknown
+fields fail; kubernetes-validate), the prometheus-operator objects against the CRDs' vendored
+schemas (tests/render/kubernetes_schemas/, made as strict), our own checks, and what the
+objects must say (pod IP side channel, sidecars, GPUs, secrets only by reference)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from generator.errors import RenderError
+from generator.observe.rules import rules_document
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.planner import make_plan
+from generator.render import RenderedStack, render_stack
+from generator.render.writer import write_rendered
+from generator.serializers.kubernetes.checks import check_objects
+from generator.stack import load_spec
+from tests.render.test_shipped_stacks import SHIPPED
+
+KUBERNETES_VERSION = "1.33"
+SCHEMAS = Path(__file__).parent / "kubernetes_schemas"
+CRDS = {
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-monitoring.coreos.com-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring.coreos.com-v1.json",
+}
+Obj = dict[str, Any]
+
+
+def pod_plan(workspace: Workspace, stack: str, *overrides: str) -> Plan:
+    return make_plan(load_spec(workspace.stack_file(stack), overrides), pod_network=True)
+
+
+@cache
+def exported(stack: str) -> tuple[Plan, RenderedStack]:
+    workspace = Workspace(Path(__file__).resolve().parents[2])
+    plan = pod_plan(workspace, stack)
+    return plan, render_stack(plan, workspace)
+
+
+def documents(rendered: RenderedStack) -> dict[PurePosixPath, list[Obj]]:
+    """Each YAML file of the export, its documents parsed back."""
+    folder = rendered.owned_dirs[0]
+    return {
+        path.relative_to(folder): [d for d in yaml.safe_load_all(text) if d is not None]
+        for path, text in rendered.files.items()
+        if path.suffix == ".yaml"
+    }
+
+
+def cluster_objects(rendered: RenderedStack) -> list[Obj]:
+    """What `kubectl apply -k` sends (kustomizations are kustomize's own input)."""
+    return [
+        obj
+        for path, objects in documents(rendered).items()
+        if path.name != "kustomization.yaml"
+        for obj in objects
+    ]
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD schema that refuses what the API server would prune: unknown fields."""
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    strict = {key: _strict(value) for key, value in schema.items()}
+    open_ended = "additionalProperties" in strict or strict.get(
+        "x-kubernetes-preserve-unknown-fields"
+    )
+    if "properties" in strict and not open_ended:
+        strict["additionalProperties"] = False
+    return strict
+
+
+@cache
+def crd_validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads((SCHEMAS / CRDS[(api_version, kind)]).read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(_strict(schema))
+
+
+def schema_errors(obj: Obj) -> list[str]:
+    key = (obj["apiVersion"], obj["kind"])
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    if key in CRDS:
+        errors = crd_validator(*key).iter_errors(obj)
+        return [f"{where}: {list(e.absolute_path)}: {e.message}" for e in errors]
+    try:
+        version = kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{where}: {list(exc.path)}: {exc.message}"]
+    assert version == KUBERNETES_VERSION
+    return []
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_every_object_of_every_shipped_stack_meets_the_strict_schemas(stack: str) -> None:
+    _, rendered = exported(stack)
+    objects = cluster_objects(rendered)
+    kinds = {obj["kind"] for obj in objects}
+    assert {"StatefulSet", "Service", "PodMonitor", "PrometheusRule"} <= kinds
+    assert [error for obj in objects for error in schema_errors(obj)] == []
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_every_shipped_stack_passes_our_own_checks(stack: str) -> None:
+    plan, rendered = exported(stack)
+    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
+    assert check_objects(cluster_objects(rendered), gpus) == []
+
+
+def test_the_strict_schemas_refuse_an_unknown_field() -> None:
+    """Strict means strict: a field the API server would drop fails, built-in or CRD."""
+    _, rendered = exported("cpu-1p1d")
+    objects = cluster_objects(rendered)
+    statefulset = next(o for o in objects if o["kind"] == "StatefulSet")
+    statefulset["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
+    assert schema_errors(statefulset)
+    monitor = next(o for o in objects if o["kind"] == "PodMonitor")
+    monitor["spec"]["podMetricsEndpoints"][0]["scrapeEvery"] = "5s"
+    assert schema_errors(monitor)
+    rule = next(o for o in objects if o["kind"] == "PrometheusRule")
+    rule["spec"]["groups"][0]["rules"][0]["severity"] = "page"
+    assert schema_errors(rule)
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_each_kustomization_lists_its_files_and_overlay_points(stack: str) -> None:
+    plan, rendered = exported(stack)
+    files = documents(rendered)
+    base = files[PurePosixPath("kustomization.yaml")][0]
+    monitoring = files[PurePosixPath("monitoring/kustomization.yaml")][0]
+    on_disk = {str(path) for path in files if path.name != "kustomization.yaml"}
+    listed = set(base["resources"]) | {f"monitoring/{r}" for r in monitoring["resources"]}
+    assert listed == on_disk
+    assert base["namespace"] == monitoring["namespace"]
+    workloads = [o for o in cluster_objects(rendered) if o["kind"] in ("StatefulSet", "Deployment")]
+    assert {r["name"] for r in base["replicas"]} == {o["metadata"]["name"] for o in workloads}
+    images = {f"{i['name']}:{i['newTag']}" for i in base["images"]}
+    assert images == set(_container_field(workloads, "image"))
+    assert {e.name for e in plan.engines} <= {o["metadata"]["name"] for o in workloads}
+
+
+def _containers(workloads: list[Obj]) -> Iterator[Obj]:
+    for workload in workloads:
+        spec = workload["spec"]["template"]["spec"]
+        yield from (*spec.get("initContainers", ()), *spec["containers"])
+
+
+def _container_field(workloads: list[Obj], field: str) -> Iterator[Any]:
+    return (container[field] for container in _containers(workloads))
+
+
+def _workload(rendered: RenderedStack, name: str) -> Obj:
+    return next(
+        o
+        for o in cluster_objects(rendered)
+        if o["kind"] in ("StatefulSet", "Deployment") and o["metadata"]["name"] == name
+    )
+
+
+def _env(container: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_a_nixl_engine_binds_its_side_channel_at_its_pod_ip_beside_its_own_server() -> None:
+    _, rendered = exported("xpyd-mp")
+    spec = _workload(rendered, "prefill-0")["spec"]["template"]["spec"]
+    engine, (server,) = spec["containers"][0], spec["initContainers"]
+    env = _env(engine)
+    assert engine["env"][0] == {
+        "name": "POD_IP",
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+    }
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "$(POD_IP)"
+    assert server["name"] == "lmcache-prefill-0"
+    assert server["restartPolicy"] == "Always"  # a native sidecar
+    assert "startupProbe" in server  # the engine starts once its server answers
+    assert spec["shareProcessNamespace"] is True  # CUDA IPC between them
+    assert env["UCX_PROTO_INFO"] == "y"
+
+
+def test_gpu_engines_ask_for_their_tp_size_and_rdma_only_across_nodes() -> None:
+    _, tp8 = exported("xpyd-tp8")
+    resources = _workload(tp8, "decode-0")["spec"]["template"]["spec"]["containers"][0]
+    assert resources["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert _env(resources)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    _, one_node = exported("xpyd-mp")
+    limits = _workload(one_node, "decode-0")["spec"]["template"]["spec"]["containers"][0]
+    assert limits["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+
+
+def test_lmcache_pd_configs_are_config_maps_mounted_where_lmcache_reads_them() -> None:
+    _, rendered = exported("cpu-lmcache-pd")
+    maps = {o["metadata"]["name"]: o for o in cluster_objects(rendered) if o["kind"] == "ConfigMap"}
+    config = yaml.safe_load(maps["lmcache-decode-0"]["data"]["decode-0.yaml"])
+    assert config["pd_role"] == "receiver"
+    container = _workload(rendered, "decode-0")["spec"]["template"]["spec"]["containers"][0]
+    mounted = {m["name"]: m for m in container["volumeMounts"]}["lmcache-decode-0"]
+    assert mounted["mountPath"] == _env(container)["LMCACHE_CONFIG_FILE"]
+
+
+def test_probes_mean_what_the_workflow_waits_for() -> None:
+    _, rendered = exported("xpyd")
+    container = _workload(rendered, "decode-0")["spec"]["template"]["spec"]["containers"][0]
+    assert container["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["startupProbe"]["failureThreshold"] * 10 >= 900  # the GPU start period
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+
+
+def test_the_hf_token_is_only_ever_a_secret_reference(workspace: Workspace) -> None:
+    for stack in ("xpyd", "xpyd-tp8"):  # token from the environment, from a file
+        _, rendered = exported(stack)
+        text = "".join(rendered.files.values())
+        assert "kind: Secret\n" not in text
+        spec = _workload(rendered, "prefill-0")["spec"]["template"]["spec"]
+        token = {v["name"]: v for v in spec["volumes"]}["hf-token"]
+        assert token["secret"]["secretName"] == "hf-token"
+
+
+def test_the_alert_rules_and_dashboard_are_observes_own() -> None:
+    plan, rendered = exported("xpyd")
+    files = documents(rendered)
+    (rule,) = files[PurePosixPath("monitoring/prometheusrule.yaml")]
+    assert rule["spec"] == rules_document(plan)
+    (dashboard,) = files[PurePosixPath("monitoring/dashboards.yaml")]
+    assert dashboard["metadata"]["labels"] == {"grafana_dashboard": "1"}
+    assert json.loads(next(iter(dashboard["data"].values())))["title"]
+
+
+def test_dollar_signs_reach_the_container_as_written(workspace: Workspace) -> None:
+    plan = pod_plan(workspace, "cpu-1p1d", "decode.extra_args=['--x', '$(HOME)$$']")
+    rendered = render_stack(plan, workspace)
+    args = _workload(rendered, "decode-0")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--x", "$$(HOME)$$$$"]
+
+
+def test_render_writes_kubernetes_beside_compose_and_never_through_a_link(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    rendered = render_stack(pod_plan(workspace, "cpu-1p1d"), workspace)
+    written = write_rendered(rendered, tmp_path)
+    assert tmp_path / "kubernetes/cpu-1p1d/kustomization.yaml" in written
+    assert not (tmp_path / "compose").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "linked"
+    (linked / "kubernetes").mkdir(parents=True)
+    (linked / "kubernetes/cpu-1p1d").symlink_to(elsewhere)
+    with pytest.raises(RenderError, match="symbolic link"):
+        write_rendered(rendered, linked)
+    assert list(elsewhere.iterdir()) == []

@@ -1,0 +1,176 @@
+"""Each of our own checks of the Kubernetes export (generator/serializers/kubernetes/checks.py)
+fails on an object broken on purpose: a check that cannot fail checks nothing. Every check
+is covered (the last test holds the list to CHECKS)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from generator.serializers.kubernetes.checks import (
+    CHECKS,
+    gpu_counts,
+    names_valid,
+    no_secret_values,
+    ports_declared,
+    references_exist,
+    selectors_match,
+    side_channels,
+)
+from tests.render.test_kubernetes import cluster_objects, exported
+
+Obj = dict[str, Any]
+Breakage = Callable[[list[Obj]], None]
+
+
+def _objects(stack: str) -> tuple[list[Obj], dict[str, int]]:
+    plan, rendered = exported(stack)
+    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
+    return copy.deepcopy(cluster_objects(rendered)), gpus
+
+
+def _one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    return next(o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"]))
+
+
+def _engine(objects: list[Obj], name: str = "prefill-0") -> Obj:
+    spec: Obj = _one(objects, "StatefulSet", name)["spec"]["template"]["spec"]
+    return spec
+
+
+def _main(objects: list[Obj], name: str = "prefill-0") -> Obj:
+    container: Obj = _engine(objects, name)["containers"][0]
+    return container
+
+
+def _service_selects_nothing(objects: list[Obj]) -> None:
+    _one(objects, "Service", "decode-0")["spec"]["selector"]["xpyd.org/instance"] = "decode-9"
+
+
+def _template_drifts_from_its_selector(objects: list[Obj]) -> None:
+    labels = _one(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    labels["xpyd.org/instance"] = "someone-else"
+
+
+def _probe_on_an_undeclared_port(objects: list[Obj]) -> None:
+    _main(objects)["readinessProbe"]["httpGet"]["port"] = "admin"
+
+
+def _service_targets_an_undeclared_port(objects: list[Obj]) -> None:
+    _one(objects, "Service", "router")["spec"]["ports"][0]["targetPort"] = 9999
+
+
+def _monitor_scrapes_an_undeclared_port(objects: list[Obj]) -> None:
+    _one(objects, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["port"] = "web"
+
+
+def _two_containers_on_one_port(objects: list[Obj]) -> None:
+    sidecar = _engine(objects)["initContainers"][0]
+    sidecar["ports"][0]["containerPort"] = _main(objects)["ports"][-1]["containerPort"]
+
+
+def _ranks_share_a_side_channel(objects: list[Obj]) -> None:
+    ports = [p for p in _main(objects)["ports"] if p["name"].startswith("nixl-side")]
+    ports[1]["containerPort"] = ports[0]["containerPort"]
+
+
+def _vllm_told_another_side_channel(objects: list[Obj]) -> None:
+    env = _main(objects)["env"]
+    next(e for e in env if e["name"] == "VLLM_NIXL_SIDE_CHANNEL_PORT")["value"] = "1"
+
+
+def _service_name_not_a_dns_label(objects: list[Obj]) -> None:
+    _one(objects, "Service", "router")["metadata"]["name"] = "Router_1"
+
+
+def _port_name_too_long(objects: list[Obj]) -> None:
+    _main(objects)["ports"][0]["name"] = "nixl-side-channel-0"
+
+
+def _config_map_missing(objects: list[Obj]) -> None:
+    objects.remove(_one(objects, "ConfigMap", "lmcache-decode-0"))
+
+
+def _claim_missing(objects: list[Obj]) -> None:
+    objects.remove(_one(objects, "PersistentVolumeClaim"))
+
+
+def _unknown_secret(objects: list[Obj]) -> None:
+    ref = {"secretKeyRef": {"name": "my-keys", "key": "K"}}
+    _main(objects)["env"].append({"name": "K", "valueFrom": ref})
+
+
+def _secret_with_data(objects: list[Obj]) -> None:
+    meta = {"name": "hf-token"}
+    objects.append({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": {"x": "eQ=="}})
+
+
+def _token_as_a_value(objects: list[Obj]) -> None:
+    _main(objects)["env"].append({"name": "HF_TOKEN", "value": "hf_abc"})
+
+
+def _gpus_not_tp(objects: list[Obj]) -> None:
+    resources = _main(objects)["resources"]
+    resources["requests"]["nvidia.com/gpu"] = resources["limits"]["nvidia.com/gpu"] = "1"
+
+
+def _gpu_requests_differ_from_limits(objects: list[Obj]) -> None:
+    _main(objects)["resources"]["requests"]["nvidia.com/gpu"] = "1"
+
+
+def _cuda_devices_miscounted(objects: list[Obj]) -> None:
+    env = _main(objects)["env"]
+    next(e for e in env if e["name"] == "CUDA_VISIBLE_DEVICES")["value"] = "0"
+
+
+BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
+    ("selectors_match", selectors_match, "cpu-1p1d", _service_selects_nothing, "matches no pod"),
+    (
+        "selectors_match",
+        selectors_match,
+        "cpu-1p1d",
+        _template_drifts_from_its_selector,
+        "its own pod template",
+    ),
+    ("ports_declared", ports_declared, "cpu-1p1d", _probe_on_an_undeclared_port, "'admin'"),
+    ("ports_declared", ports_declared, "cpu-1p1d", _service_targets_an_undeclared_port, "9999"),
+    ("ports_declared", ports_declared, "cpu-1p1d", _monitor_scrapes_an_undeclared_port, "'web'"),
+    ("ports_declared", ports_declared, "cpu-1p1d", _two_containers_on_one_port, "share"),
+    ("side_channels", side_channels, "xpyd-mp-2host", _ranks_share_a_side_channel, "share"),
+    ("side_channels", side_channels, "cpu-1p1d", _vllm_told_another_side_channel, "rank 0"),
+    ("names_valid", names_valid, "cpu-1p1d", _service_name_not_a_dns_label, "DNS label"),
+    ("names_valid", names_valid, "cpu-1p1d", _port_name_too_long, "IANA"),
+    ("references_exist", references_exist, "cpu-lmcache-pd", _config_map_missing, "ConfigMap"),
+    ("references_exist", references_exist, "cpu-1p1d", _claim_missing, "claim"),
+    ("references_exist", references_exist, "cpu-1p1d", _unknown_secret, "'my-keys'"),
+    ("no_secret_values", no_secret_values, "xpyd", _secret_with_data, "secret values"),
+    ("no_secret_values", no_secret_values, "xpyd", _token_as_a_value, "HF_TOKEN"),
+    ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpus_not_tp, "TP size is 2"),
+    ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpu_requests_differ_from_limits, "differ"),
+    ("gpu_counts", gpu_counts, "xpyd-mp-2host", _cuda_devices_miscounted, "CUDA_VISIBLE"),
+]
+
+
+_CASES = [
+    pytest.param(check, stack, breakage, says, id=breakage.__name__.strip("_"))
+    for _, check, stack, breakage, says in BROKEN
+]
+
+
+@pytest.mark.parametrize(("check", "stack", "breakage", "says"), _CASES)
+def test_each_check_fails_on_an_object_broken_on_purpose(
+    check: Any, stack: str, breakage: Breakage, says: str
+) -> None:
+    objects, gpus = _objects(stack)
+    assert list(check(objects, gpus)) == []  # whole: it passes
+    breakage(objects)
+    problems = list(check(objects, gpus))
+    assert problems, f"{check.__name__} missed {breakage.__name__}"
+    assert any(says in problem for problem in problems), problems
+
+
+def test_every_check_is_shown_failing() -> None:
+    assert {name for name, *_ in BROKEN} == {check.__name__ for check in CHECKS}
