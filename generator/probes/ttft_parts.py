@@ -5,16 +5,21 @@ vLLM times each request it serves (v1 metrics, per engine): from its arrival to 
 scheduling (``vllm:request_queue_time_seconds``), from there to its first token
 (``..._prefill_time_seconds``), arrival to first token (``vllm:time_to_first_token_seconds``)
 and arrival to finish (``vllm:e2e_request_latency_seconds``). A P/D request is two engine
-requests one after the other (the router asks the prefiller for one token, then the decoder
-for the rest), so the client's TTFT is the prefiller's whole request, the decoder's TTFT, and
-what neither engine saw: the router, HTTP and streaming the first token back ("the rest").
+requests (the prefiller's for one token, the decoder's for the rest) and what neither engine
+saw: the router, HTTP and streaming the first token back ("the rest").
 
-On a decoder a request whose KV comes from a prefiller waits for it unscheduled (vLLM's
-WAITING_FOR_REMOTE_KVS), so its queue time holds the KV transfer; NIXL's own transfer time
-(the KV counters) is shown beside it. On a nixl-mp prefiller the store of the prompt's KV into
-its LMCache server runs inside the forward pass, so it is in the prefill time. Means over the
-run's requests; a per-request split would need the engines' request ids, which vLLM keeps in
-its logs only.
+Routers order the two requests differently. Our proxy (lmcache-pd) asks the decoder after the
+prefiller answered: the parts follow one another. vllm-router's P/D mode (nixl-mp, NIXL pushing
+into the decoder's blocks) sends both at once: the decoder's request waits unscheduled (vLLM's
+WAITING_FOR_REMOTE_KVS) through the prefiller's whole request, so the client's TTFT is the
+decoder's TTFT and the rest, and what the decoder waited beyond the prefiller's request is the
+KV's arrival. Which of the two happened is read from the times themselves: the requests
+overlapped when the decoder's mean queue time is at least the prefiller's mean request time.
+NIXL's own transfer time (the KV counters) is shown beside the decoder's wait.
+
+On a nixl-mp prefiller the store of the prompt's KV into its LMCache server runs inside the
+forward pass, so it is in the prefill time. Means over the run's requests; a per-request split
+would need the engines' request ids, which vLLM keeps in its logs only.
 """
 
 from __future__ import annotations
@@ -107,13 +112,47 @@ def ttft_parts(
     kv = TtftPart(
         "decoder: of which NIXL's KV transfer", kv_ms_per_request, "NIXL (vLLM's KV counters)"
     )
+    client = TtftPart("TTFT (client's mean)", client_ttft_ms, _SOURCE_CLIENT)
+    prefiller = _engine_parts("prefiller", prefill, prefill.e2e)
+    overlap = _overlap(prefill, decode)
+    if overlap is None:
+        return [
+            client,
+            *prefiller,
+            *_engine_parts("decoder", decode, decode.ttft, queue_holds_kv=True),
+            kv,
+            _rest(client_ttft_ms, [prefill.e2e, decode.ttft]),
+        ]
+    queue, whole_prefill = overlap
+    first, ttft = decode.prefill.mean_ms, decode.ttft.mean_ms
+    api = ttft - queue - first if ttft is not None and first is not None else None
     return [
-        TtftPart("TTFT (client's mean)", client_ttft_ms, _SOURCE_CLIENT),
-        *_engine_parts("prefiller", prefill, prefill.e2e),
-        *_engine_parts("decoder", decode, decode.ttft, queue_holds_kv=True),
+        client,
+        TtftPart(
+            "decoder: waits while the prefiller serves (sent at once)",
+            whole_prefill,
+            f"vLLM {_E2E} (prefiller)",
+        ),
+        *(TtftPart(f"  {part.part}", part.mean_ms, part.source) for part in prefiller),
+        TtftPart(
+            "decoder: KV wait after the prefiller's answer",
+            queue - whole_prefill,
+            f"vLLM {_QUEUE} less the prefiller's request",
+        ),
         kv,
-        _rest(client_ttft_ms, [prefill.e2e, decode.ttft]),
+        TtftPart("decoder: first token", first, f"vLLM {_PREFILL}"),
+        TtftPart("decoder: API and output", api, f"vLLM {_TTFT}"),
+        _rest(client_ttft_ms, [decode.ttft]),
     ]
+
+
+def _overlap(prefill: RoleTimes, decode: RoleTimes) -> tuple[float, float] | None:
+    """The decoder's mean queue time and the prefiller's mean request time when the router
+    sent the decoder's request alongside the prefiller's (see above); else None."""
+    queue, whole = decode.queue.mean_ms, prefill.e2e.mean_ms
+    if queue is None or whole is None or queue < whole:
+        return None
+    return queue, whole
 
 
 def _engine_parts(

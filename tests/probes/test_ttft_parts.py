@@ -72,3 +72,25 @@ def test_the_difference_of_two_readings_is_the_runs_own() -> None:
 def test_no_timed_request_gives_no_parts() -> None:
     assert ttft_parts(100.0, EngineTimes(), 1.0) == []
     assert ttft_parts(None, EngineTimes(role(1, 1, 1, 1)), 1.0) == []
+
+
+def test_a_router_that_sends_both_requests_at_once_is_split_along_the_decoder() -> None:
+    """The means of a nixl-mp run on one H200 (vllm-router sends the decoder's request with the
+    prefiller's): the decoder's queue holds the prefiller's whole request and the KV's arrival."""
+    prefill = role(6.3, 334.9, 341.2, 359.7, count=30)
+    decode = role(383.4, 12.4, 415.9, 1600, count=30)
+    parts = {p.part: p.mean_ms for p in ttft_parts(423.4, EngineTimes(prefill, decode), 22.3)}
+    assert parts["decoder: waits while the prefiller serves (sent at once)"] == pytest.approx(359.7)
+    assert parts["  prefiller: prefill (compute, KV store)"] == pytest.approx(334.9)
+    assert parts["decoder: KV wait after the prefiller's answer"] == pytest.approx(23.7)
+    assert parts["decoder: of which NIXL's KV transfer"] == 22.3
+    assert parts["decoder: API and output"] == pytest.approx(20.1)  # 415.9 - 383.4 - 12.4
+    assert parts["router, HTTP and streaming (the rest)"] == pytest.approx(7.5)
+    along = [
+        "decoder: waits while the prefiller serves (sent at once)",
+        "decoder: KV wait after the prefiller's answer",
+        "decoder: first token",
+        "decoder: API and output",
+        "router, HTTP and streaming (the rest)",
+    ]
+    assert sum(parts[name] or 0.0 for name in along) == pytest.approx(423.4)
