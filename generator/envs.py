@@ -17,6 +17,7 @@ process plan reads it (``.cache/models/``), as the image build makes it inside t
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -163,14 +164,15 @@ def _see_base_venv(base: Path, python: Path) -> None:
     """Where the base Python is a venv, its packages become visible in the new venv too
     (after the new venv's own: what the lock installs there wins), through a .pth file."""
     done = subprocess.run(
-        [str(base), "-c", _SITE_OF], capture_output=True, text=True, timeout=60, check=True
-    )
+        [str(base), "-c", _SITE_OF],
+        capture_output=True, text=True, timeout=60, check=True, env=_services_view(),
+    )  # fmt: skip
     folders = [line for line in done.stdout.splitlines() if line.strip()]
     if not folders:
         return
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True, text=True, timeout=60, check=True, env=_services_view(),
     ).stdout.strip()  # fmt: skip
     (Path(site) / "xpyd-base-venv.pth").write_text("\n".join(folders) + "\n", encoding="utf-8")
 
@@ -221,8 +223,17 @@ def make_synthetic_model(
     return f"{model_dir(plan)}: made"
 
 
+def _services_view() -> dict[str, str]:
+    """Our environment less what the process runtime drops for its services (PYTHONPATH and
+    the like): pip decides what a --system-site-packages venv already has by asking its
+    Python, which must see what the services will see (a PYTHONPATH that holds pydantic for
+    this tool once left the engines without it, on the GPU host)."""
+    dropped = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV"}
+    return {name: value for name, value in os.environ.items() if name not in dropped}
+
+
 def _run(command: list[str], on_line: Callable[[str], None], what: str) -> None:
-    code, tail = stream_command(command, on_line, keep_lines=_LINE_LIMIT)
+    code, tail = stream_command(command, on_line, keep_lines=_LINE_LIMIT, env=_services_view())
     if code != 0:
         raise XpydError(
             f"{what} failed (exit code {code}):\n{tail}",

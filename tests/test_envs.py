@@ -13,12 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from generator.envs import _make_venv, _see_base_venv, _VenvRecipe, default_pythons, model_dir
+from generator.envs import (
+    _make_venv,
+    _run,
+    _see_base_venv,
+    _VenvRecipe,
+    default_pythons,
+    model_dir,
+)
 from generator.errors import XpydError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.spec import Profile
 from generator.stack import load_spec
+from generator.streaming import stream_command
 
 
 def test_default_pythons_and_the_synthetic_model_path(workspace: Workspace) -> None:
@@ -105,3 +113,18 @@ def test_a_wheelhouse_install_needs_a_hash_for_every_pin_once_one_has_one(
     with pytest.raises(XpydError, match="all requirements must have a hash"):
         make_from_wheelhouse(tmp_path / "mixed", f"{hashed}xpyd-other==1.0\n")
     assert make_from_wheelhouse(tmp_path / "all", hashed).is_file()
+
+
+def test_installs_run_without_our_pythonpath(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """pip asks the new venv's Python what it already has: with our PYTHONPATH it saw this
+    tool's pydantic and left it out of the engines' venv (the services run without it)."""
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    sees_it = [
+        sys.executable,
+        "-c",
+        "import os, sys; sys.exit(3 if 'PYTHONPATH' in os.environ else 0)",
+    ]
+    assert stream_command(sees_it, lambda _line: None, keep_lines=1)[0] == 3  # ours has it
+    _run(sees_it, lambda _line: None, "checking")  # raises XpydError on exit code 3
