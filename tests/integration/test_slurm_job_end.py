@@ -12,38 +12,23 @@ tests', else made here.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.integration.conftest import ROOT, cli, workspace_copy
 from tests.integration.slurm_cluster import SlurmCluster
 from tests.integration.slurm_files import NodeResources
+from tests.integration.slurm_stacks import assert_nothing_left, client_env, slurm_cli
 
 pytestmark = [pytest.mark.slurm, pytest.mark.stack]
 STACK = "cpu-slurm"
 _ENGINE_DEADLINE_S = 300.0  # a cpu engine's health wait (generator/workflow/steps/services.py)
 _FIX = f"run `python -m generator down {STACK}`, then `up {STACK}` again"
-
-
-def slurm_cli(
-    cluster: SlurmCluster, *args: str, root: Path, timeout_s: float = 900
-) -> subprocess.CompletedProcess[str]:
-    """`python -m generator ARGS` on the cluster's login side, against the copy at ``root``."""
-    return subprocess.run(
-        cluster.client_command(sys.executable, "-m", "generator", *args),
-        capture_output=True, text=True, env=_env(cluster, root), timeout=timeout_s, check=False,
-    )  # fmt: skip
-
-
-def _env(cluster: SlurmCluster, root: Path) -> dict[str, str]:
-    return cluster.client_env() | {"XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -73,24 +58,6 @@ def pythons(scratch_root: Path) -> list[str]:
     return ["--python", str(engine), "--set", f"process.router_python={router}"]
 
 
-def _nothing_left(cluster: SlurmCluster, copy: Path) -> None:
-    assert cluster.run("squeue", "--noheader").stdout.strip() == ""  # no job, no step
-    assert not (copy / ".cache/slurm" / f"{STACK}.json").exists()
-    assert _processes_of(copy) == []
-
-
-def _processes_of(copy: Path) -> list[psutil.Process]:
-    """Every process that runs from the copy: a step's srun client, or what a step runs."""
-    found = []
-    for process in psutil.process_iter(["cwd"]):
-        try:
-            if process.info["cwd"] == str(copy) and process.pid != os.getpid():
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
-
-
 def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str) -> None:
     """`status` says ``ended`` (Slurm's state, how) in one line and exits 1; `down` says the
     job had ended and leaves nothing."""
@@ -105,7 +72,7 @@ def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str) -> None:
     assert "Traceback" not in down.stderr
     assert "had ended already" in down.stderr
     assert "its record removed" in down.stderr
-    _nothing_left(cluster, copy)
+    assert_nothing_left(cluster, copy, STACK)
 
 
 def test_a_job_its_time_limit_ends_fails_ups_wait_at_once_with_one_line(
@@ -133,7 +100,7 @@ def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
     with (tmp_path / "up.err").open("w+") as errors:
         up = subprocess.Popen(
             cluster.client_command(sys.executable, "-m", "generator", *command),
-            env=_env(cluster, copy), stdout=subprocess.DEVNULL, stderr=errors, text=True,
+            env=client_env(cluster, copy), stdout=subprocess.DEVNULL, stderr=errors, text=True,
         )  # fmt: skip
         try:
             job_id = _wait_for_step(cluster, ":decode-0", up)

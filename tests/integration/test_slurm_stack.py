@@ -14,7 +14,6 @@ attach) where two real nodes would use TCP or RDMA: the verdict reports the tran
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,28 +21,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
 
 from tests.integration.conftest import ROOT, cli, workspace_copy
 from tests.integration.slurm_cluster import SlurmCluster
 from tests.integration.slurm_files import NodeResources
+from tests.integration.slurm_stacks import assert_nothing_left, slurm_cli
 
 pytestmark = [pytest.mark.slurm, pytest.mark.stack]
 STACK = "cpu-slurm"
 RUN = f"slurm-{int(time.time())}"
-
-
-def slurm_cli(
-    cluster: SlurmCluster, *args: str, root: Path, timeout_s: float = 1800
-) -> subprocess.CompletedProcess[str]:
-    """`python -m generator ARGS` on the cluster's login side, against the copy at ``root``."""
-    env = cluster.client_env() | {"XPYD_ROOT": str(root), "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run(
-        cluster.client_command(sys.executable, "-m", "generator", *args),
-        capture_output=True, text=True, env=env | {"CI": "1"}, timeout=timeout_s, check=False,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -153,21 +141,7 @@ def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     arms = {arm["arm"]: arm for arm in report["arms"]}
     assert set(arms) == {"pd", "colocated"}
     assert all(arm["verdict_passed"] for arm in arms.values())
-    assert cluster.run("squeue", "--noheader").stdout.strip() == ""  # no job, no step
-    assert not (copy / ".cache/slurm" / f"{STACK}.json").exists()
-    assert _processes_of(copy) == []
-
-
-def _processes_of(copy: Path) -> list[psutil.Process]:
-    """Every process that runs from the copy: a step's srun client, or what a step runs."""
-    found = []
-    for process in psutil.process_iter(["cwd"]):
-        try:
-            if process.info["cwd"] == str(copy) and process.pid != os.getpid():
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
+    assert_nothing_left(cluster, copy, STACK)
 
 
 GPU_STACKS = ["xpyd", "xpyd-1gpu", "xpyd-lmcache-1gpu", "xpyd-mp", "xpyd-mp-2host", "xpyd-tp8"]
