@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from generator.bench.cache_counters import read_cache_counters
+from generator.bench.engine_settings import engine_settings
 from generator.bench.results import ArmResult, PointResult, read_point
 from generator.errors import StackError
 from generator.observe.rules import KV_GIB_S
@@ -115,6 +116,7 @@ def _arm_result(arm: str, context: RunContext) -> ArmResult:
         verdict_passed=verdict.passed,
         verdict=verdict.as_dict(),
         kv_per_request=list(verdict.kv_transfers),
+        engine_settings=engine_settings(plan),
     )
 
 

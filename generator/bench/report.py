@@ -150,7 +150,13 @@ def _arm_line(arm: ArmResult) -> str:
         f"- **{arm.arm}**: {arm.stack} ({arm.topology}, {arm.router}), {engines}; verdict {verdict}"
     )
     line += f"; KV per request (verdict): {kv}" if kv else ""
-    return line + _idle_text(arm.idle_cpu_percent)
+    return line + _settings_text(arm.engine_settings) + _idle_text(arm.idle_cpu_percent)
+
+
+def _settings_text(settings: dict[str, str]) -> str:
+    if not settings:  # a report written before arms recorded them
+        return ""
+    return "; engines: " + ", ".join(f"{name} {value}" for name, value in settings.items())
 
 
 def _idle_text(idle: dict[str, float]) -> str:

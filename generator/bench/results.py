@@ -98,6 +98,8 @@ class ArmResult:
     kv_per_request: list[dict[str, Any]]  # the verdict's KV speed measurement
     points: list[PointResult] = field(default_factory=list)
     idle_cpu_percent: dict[str, float] = field(default_factory=dict)  # per service, 1 core = 100
+    # what changes the figures: CUDA graphs, block size, GPU share, KV transfer (engine_settings)
+    engine_settings: dict[str, str] = field(default_factory=dict)
     # Observed stacks: the key dashboard panels over the load points (relative to the report).
     prometheus_file: str | None = None
     prometheus_screenshot: str | None = None  # Prometheus's graph page of the KV speed (PNG)

@@ -1,0 +1,59 @@
+"""The engine settings that change a benchmark's figures, named in its report beside each arm:
+CUDA graphs or eager mode (eager cost the decoder a factor of four in ITL on an H200), the KV block size, each engine's share of its GPU (or its KV cache
+size on cpu) and how the KV moves between them. Read from the plan the arm ran, with vLLM's
+default named where the stack sets nothing."""
+
+from __future__ import annotations
+
+from generator.plan import EnginePlan, Plan
+from generator.spec import Profile
+from generator.topologies import topology_of
+
+__all__ = ["engine_settings"]
+
+_DEFAULT = "vLLM's default"
+_UCX_OPERATION = {"write": "push (the prefiller writes)", "read": "pull (the decoder reads)"}
+
+
+def engine_settings(plan: Plan) -> dict[str, str]:
+    """Setting -> value; where the engines differ, each distinct value once, in engine order."""
+    each = [_one_engine(plan, engine) for engine in plan.engines]
+    names = dict.fromkeys(name for settings in each for name in settings)
+    settings = {name: " / ".join(dict.fromkeys(s[name] for s in each)) for name in names}
+    return settings | {"KV transfer": _transfer(plan)}
+
+
+def _one_engine(plan: Plan, engine: EnginePlan) -> dict[str, str]:
+    args = (*plan.model.extra_args, *engine.extra_args)
+    eager = "--enforce-eager" in args
+    compiled = "CUDA graphs" if plan.profile is Profile.GPU else "compiled (vLLM CPU's default)"
+    settings = {
+        "execution": "eager (--enforce-eager)" if eager else compiled,
+        "block size": _flag(args, "--block-size") or _DEFAULT,
+    }
+    if plan.profile is Profile.CPU:
+        settings["KV cache"] = _flag(args, "--kv-cache-memory-bytes") or _DEFAULT
+    else:
+        share = engine.gpu_memory_utilization
+        settings["GPU memory share"] = f"{share:g}" if share is not None else _DEFAULT
+    return settings
+
+
+def _flag(args: tuple[str, ...], flag: str) -> str | None:
+    """The value of ``flag`` as vLLM would read it (``--flag V`` or ``--flag=V``; the last
+    one wins)."""
+    found = None
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            found = args[index + 1]
+        elif arg.startswith(f"{flag}="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def _transfer(plan: Plan) -> str:
+    sources = topology_of(plan).verdict_sources(plan)
+    if sources is None:
+        return "none (each engine serves whole requests)"
+    speed = sources.kv_speed
+    return f"{_UCX_OPERATION[speed.operation]}, KV in {speed.memory} memory"
