@@ -88,8 +88,8 @@ def test_a_moved_transitive_pin_is_reported_unless_strict(
     assert "\nidna==" in lock  # a transitive pin (requests'), not in engine-gpu.in
     (tmp_path / GPU_ENGINE_LOCK).write_text(re.sub(r"\nidna==\S+", "\nidna==0.1", lock))
     report = check_gpu_lock(copy, strict=False)
-    assert "direct ones as a fresh resolve; 1 transitive pins moved" in report
-    assert "idna: 0.1 -> " in report
+    # Others may have moved on PyPI too (httpx2 did between two runs an hour apart).
+    assert re.search(r"direct ones as a fresh resolve; \d+ transitive pins moved", report)
     with pytest.raises(XpydError, match=r"idna: 0\.1 -> "):
         check_gpu_lock(copy)
 
