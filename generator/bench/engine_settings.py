@@ -1,7 +1,8 @@
 """The engine settings that change a benchmark's figures, named in its report beside each arm:
-CUDA graphs or eager mode (eager cost the decoder a factor of four in ITL on an H200), the KV block size, each engine's share of its GPU (or its KV cache
-size on cpu) and how the KV moves between them. Read from the plan the arm ran, with vLLM's
-default named where the stack sets nothing."""
+CUDA graphs or eager mode (eager cost the decoder a factor of four in ITL on an H200), the KV
+block size, each engine's share of its GPU (or its KV cache size on cpu) and how the KV moves
+between them. Read from the plan the arm ran, with vLLM's default named where the stack sets
+nothing."""
 
 from __future__ import annotations
 
