@@ -36,6 +36,13 @@ one, so after that decoder restarts every send to it fails. When a peer's
 ``process_start_time_seconds`` moves past the one first seen, the command is ended as a crash
 and starts again with fresh connections.
 
+With ``--ends-with URL`` (a GPU process that maps a peer's GPU memory over CUDA IPC on one
+host: a NIXL pusher the decoders' KV, an `lmcache server` its engine's) it does the same, and
+also ends the command once that peer, seen before, refuses connections twice in a row: the
+mapping keeps the dead peer's GPU memory taken until this process exits, so the peer cannot
+start again before it does (measured on an H200: 41.87 of 139.8 GiB free at each restart).
+A page that is slow to answer is no reason.
+
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
 it signals the supervised command (``--tree``: and every process under it, so that a
@@ -65,12 +72,14 @@ import math
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -380,7 +389,8 @@ def send(signame: str, service: str, reach: Reach = "command") -> int:
 # --- arguments -------------------------------------------------------------------------------
 
 _USAGE = """\
-supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]... SERVICE -- COMMAND...
+supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]... [--ends-with URL]...
+                    SERVICE -- COMMAND...
        supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]"""
 
 
@@ -397,6 +407,7 @@ def _parser(signal_mode: bool) -> argparse.ArgumentParser:
         parser.add_argument("--restarts", type=_restart_count, default=0)
         parser.add_argument("--needs-registered", type=_url)
         parser.add_argument("--restarts-with", type=_url, action="append", default=[])
+        parser.add_argument("--ends-with", type=_url, action="append", default=[])
     return parser
 
 
@@ -433,10 +444,13 @@ def _watch_every_s() -> float:
     raise SystemExit(2)
 
 
-def watch_options(registered_at: str | None, restarts_with: Sequence[str]) -> list[str]:
+def watch_options(
+    registered_at: str | None, restarts_with: Sequence[str], ends_with: Sequence[str] = ()
+) -> list[str]:
     """A service's watches as this supervisor's options (both runtimes pass them)."""
     registration = ["--needs-registered", registered_at] if registered_at else []
-    return registration + [part for url in restarts_with for part in ("--restarts-with", url)]
+    peers = [part for url in restarts_with for part in ("--restarts-with", url)]
+    return registration + peers + [part for url in ends_with for part in ("--ends-with", url)]
 
 
 def main(argv: list[str]) -> int:
@@ -454,6 +468,7 @@ def main(argv: list[str]) -> int:
     if options.needs_registered:
         watches.append(functools.partial(_Registration, options.needs_registered))
     watches += [functools.partial(_PeerStart, url) for url in options.restarts_with]
+    watches += [functools.partial(_PeerGone, url) for url in options.ends_with]
     supervisor = _Supervisor(options.service, command, options.restarts, watches)
     supervisor.watch_every_s = _watch_every_s()
     return supervisor.run()
@@ -647,13 +662,50 @@ class _PeerStart:
         return f"saw its peer at {self.url} restart (what it keeps of that peer is stale)"
 
 
+class _PeerGone:
+    """A new start of the peer, or the peer, seen before, refusing connections (no process
+    listens: it is gone) in that many looks in a row."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.seen, self.refused = url, False, 0
+        self.first: float | None = None
+
+    def look(self) -> str | None:
+        try:
+            started = _page_start(self.url)
+        except OSError as exc:
+            self.refused = self.refused + 1 if _nobody_listens(exc) else 0
+            if not self.seen or self.refused < _WATCH_MISSES:
+                return None
+            return f"saw its peer at {self.url} gone (it maps the peer's GPU memory)"
+        self.seen, self.refused = True, 0
+        if started is None:
+            return None
+        if self.first is None:
+            self.first = started
+        if started <= self.first + _SAME_START_S:
+            return None
+        return f"saw its peer at {self.url} restart (it maps the peer's GPU memory)"
+
+
+def _nobody_listens(exc: OSError) -> bool:
+    """Refused, or (a container that is gone, on a compose network) a name nobody answers."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, (ConnectionRefusedError, socket.gaierror))
+
+
 def started_at(url: str) -> float | None:
     """``process_start_time_seconds`` of the Prometheus page at ``url`` (None: no answer)."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return start_time(answer.read(_STATUS_MAX_BYTES).decode("utf-8", "replace"))
+        return _page_start(url)
     except OSError:
         return None
+
+
+def _page_start(url: str) -> float | None:
+    """OSError: no answer (a page without a start time is None)."""
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return start_time(answer.read(_STATUS_MAX_BYTES).decode("utf-8", "replace"))
 
 
 def start_time(page: str) -> float | None:

@@ -399,6 +399,60 @@ def test_a_peer_first_seen_late_sets_the_start_it_is_held_to() -> None:
         peer.close()
 
 
+def _mapping(url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), "--ends-with", url, "mapper", "--", "sleep", "600"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_a_service_that_maps_a_peer_that_is_gone_is_ended_as_a_crash() -> None:
+    """A peer that answers 503 (restarting, or slow) is no reason; one whose port refuses
+    connections (its process is gone, its GPU memory still mapped here) is."""
+    peer = _Peer()
+    process = _mapping(peer.url)
+    try:
+        time.sleep(1.0)  # seen
+        peer.started = None
+        time.sleep(1.0)
+        assert process.poll() is None
+        peer.close()  # nothing listens on its port now
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode in (1, 128 + signal.SIGTERM)  # a crash: the policy restarts it
+    assert f"mapper saw its peer at {peer.url} gone (it maps the peer's GPU memory)" in stderr
+
+
+def test_a_mapped_peer_that_restarts_ends_the_service_too() -> None:
+    peer = _Peer()
+    process = _mapping(peer.url)
+    try:
+        time.sleep(1.0)
+        peer.started = 1.79e9 + 95
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        peer.close()
+    assert f"mapper saw its peer at {peer.url} restart" in stderr
+
+
+def test_a_mapped_peer_never_seen_is_no_reason() -> None:
+    """A stack starting: the peer's port refuses until it is up."""
+    peer = _Peer()
+    url = peer.url
+    peer.close()
+    process = _mapping(url)
+    try:
+        time.sleep(1.5)
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
 @pytest.mark.parametrize(
     ("page", "started"),
     [
@@ -414,11 +468,14 @@ def test_the_start_time_is_read_from_the_page(page: str, started: float | None) 
 
 
 def test_the_watch_options_are_what_the_supervisor_parses() -> None:
-    options = watch_options("http://s:1/status", ["http://d0:2/metrics", "http://d1:3/metrics"])
+    options = watch_options(
+        "http://s:1/status", ["http://d0:2/metrics", "http://d1:3/metrics"], ["http://p:4/metrics"]
+    )
     assert options == [
         "--needs-registered", "http://s:1/status",
         "--restarts-with", "http://d0:2/metrics",
         "--restarts-with", "http://d1:3/metrics",
+        "--ends-with", "http://p:4/metrics",
     ]  # fmt: skip
     assert watch_options(None, []) == []
 

@@ -328,7 +328,8 @@ def _followers(context: RunContext, service: str) -> list[str]:
     """The services whose supervisors restart them after ``service`` restarts: those that
     registered with it at their start (Service.registered_at: a nixl-mp engine and its LMCache
     server) and those that watch its process (Service.restarts_with: an lmcache-pd prefiller
-    and its decoders, on any host)."""
+    and its decoders, on any host; a GPU process that maps its memory: Service.restarts_with
+    with maps_memory)."""
     followers: list[str] = []
     for host in context.hosts.values():
         for s in host.services.services:

@@ -79,7 +79,7 @@ class ServiceCommands:
         if service.max_restarts:
             # No runtime policy restarts a process: its supervisor does, and says so in its log.
             supervisor = [*self.executable(service, "python3"), SUPERVISOR]
-            watch = watch_options(service.registered_at, service.restarts_with)
+            watch = watch_options(service.registered_at, service.restarts_with, service.ends_with)
             policy = ["--restarts", str(service.max_restarts), *watch]
             argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv

@@ -148,8 +148,9 @@ def _command(service: Service) -> list[str]:
     as a failure: Docker's bounded policy (on-failure:N) restarts only those."""
     if not service.max_restarts:
         return list(service.command)
-    peers = [peer.metrics_url for peer in service.restarts_with]
-    watch = watch_options(service.registered_at, peers)
+    peers = [peer.metrics_url for peer in service.restarts_with if not peer.maps_memory]
+    mapped = [peer.metrics_url for peer in service.restarts_with if peer.maps_memory]
+    watch = watch_options(service.registered_at, peers, mapped)
     return ["python3", SUPERVISOR_IN_IMAGE, *watch, service.name, "--", *service.command]
 
 

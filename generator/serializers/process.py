@@ -79,6 +79,7 @@ class ProcessService:
     max_restarts: int = 0  # restarted by its supervisor after an exit nobody asked for
     registered_at: str | None = None  # Service.registered_at
     restarts_with: tuple[str, ...] = ()  # Service.restarts_with's pages
+    ends_with: tuple[str, ...] = ()  # and those of the peers whose GPU memory it maps
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         paths=paths,
         max_restarts=service.max_restarts,
         registered_at=service.registered_at,
-        restarts_with=tuple(peer.metrics_url for peer in service.restarts_with),
+        restarts_with=tuple(p.metrics_url for p in service.restarts_with if not p.maps_memory),
+        ends_with=tuple(p.metrics_url for p in service.restarts_with if p.maps_memory),
     )
 
 
@@ -238,5 +240,7 @@ def _document(service: ProcessService) -> dict[str, Any]:
         fields["registered_at"] = service.registered_at
     if service.restarts_with:
         fields["restarts_with"] = list(service.restarts_with)
+    if service.ends_with:
+        fields["ends_with"] = list(service.ends_with)
     fields["paths"] = service.paths
     return fields

@@ -82,6 +82,7 @@ class _Service(_Strict):
     restarts: int = Field(0, ge=0, le=1000)
     registered_at: Url | None = None
     restarts_with: list[Url] = Field(default_factory=list, max_length=_MANY)
+    ends_with: list[Url] = Field(default_factory=list, max_length=_MANY)
     paths: dict[ContainerPath, HostPath | None] = Field(default_factory=dict, max_length=_MANY)
 
 
@@ -152,4 +153,5 @@ def _service(name: str, fields: _Service) -> ProcessService:
         max_restarts=fields.restarts,
         registered_at=fields.registered_at,
         restarts_with=tuple(fields.restarts_with),
+        ends_with=tuple(fields.ends_with),
     )

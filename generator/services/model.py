@@ -126,10 +126,13 @@ class Dependency:
 @dataclass(frozen=True)
 class PeerWatch:
     """A peer whose process this service keeps state about: when the peer's Prometheus page
-    gives a newer ``process_start_time_seconds``, that state is stale."""
+    gives a newer ``process_start_time_seconds``, that state is stale. ``maps_memory``: this
+    service maps the peer's GPU memory (CUDA IPC), which a dead peer needs back to start
+    again, so the peer's page refusing connections (gone) ends this service too."""
 
     service: str
     metrics_url: str  # reachable from the service's own network
+    maps_memory: bool = False
 
 
 @dataclass(frozen=True)

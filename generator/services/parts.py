@@ -121,17 +121,21 @@ def engine_service(
 
 def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
     """The engines whose restart leaves ``name`` talking to a process that is gone (the
-    topology's ``stale_after``: an lmcache-pd prefiller's decoders). Peers that go stale on
-    each other (P2P servers) are left to `up`: watching each other they would restart each
-    other in turn."""
-    stale = topology_of(plan).stale_after(plan)
-    if not stale.get(name):
-        return ()  # most engines: then no lookup table either (one per engine is quadratic)
+    topology's ``stale_after``: an lmcache-pd prefiller's decoders), and those whose GPU memory
+    it maps (``maps_memory_of``: a NIXL pusher's decoders, a server's engine). Peers that go
+    stale on each other (P2P servers) are left to `up`: watching each other they would
+    restart each other in turn."""
+    topology = topology_of(plan)
+    stale, maps = topology.stale_after(plan), topology.maps_memory_of(plan)
+    if not stale.get(name) and not maps.get(name):
+        return ()  # most services: then no lookup table either (one per engine is quadratic)
     engines = {engine.name: engine for engine in plan.engines}
+    mapped = set(maps.get(name, ()))
+    watched = [p for p in stale.get(name, ()) if name not in stale.get(p, ()) and p not in mapped]
     return tuple(
-        PeerWatch(peer, f"{engines[peer].url}/metrics")
-        for peer in stale.get(name, ())
-        if peer in engines and name not in stale.get(peer, ())
+        PeerWatch(peer, f"{engines[peer].url}/metrics", maps_memory=peer in mapped)
+        for peer in [*watched, *maps.get(name, ())]
+        if peer in engines
     )
 
 
@@ -167,6 +171,7 @@ def lmcache_service(
         env=env,
         health=health,
         depends_on=_healthy(stack),
+        restarts_with=_peer_watches(plan, sidecar.service),
         max_restarts=plan.recovery.max_restarts,
     )
 

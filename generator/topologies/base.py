@@ -98,6 +98,18 @@ def kv_prompt_tokens(profile: Profile, chunk_size: int) -> int:
     return 4096 if profile is not Profile.CPU else 3 * chunk_size
 
 
+def cuda_ipc_peers(
+    plan: Plan, movers: tuple[EnginePlan, ...], targets: tuple[EnginePlan, ...]
+) -> dict[str, tuple[str, ...]]:
+    """Each engine that moves KV straight into or out of other engines' GPU memory, and those
+    of them on its host (CUDA IPC reaches one host's GPUs; across hosts the NIC does, and a
+    dead peer's memory goes with it). None off GPUs."""
+    if plan.profile is not Profile.GPU:
+        return {}
+    peers = {m.name: tuple(t.name for t in targets if t.host == m.host) for m in movers}
+    return {name: names for name, names in peers.items() if names}
+
+
 def page_address(plan: Plan, service: str, host: str, *, loopback: bool) -> str:
     """Where observe's Prometheus (on the first host) reaches a page: by service name on a
     bridge; with host networking at loopback where the page listens only there (single-host
@@ -247,4 +259,11 @@ class TopologyUnit(Protocol):
         """Services that keep state about other services' current processes beyond what they
         depend on (KV peers that do not reconnect): each, and the services whose newer start
         leaves it talking to a process that is gone. `up` restarts it then."""
+        ...
+
+    def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        """Services that map engines' GPU memory (CUDA IPC, within one host): each, and the
+        engines it maps. The mapping keeps a dead engine's GPU memory taken until the mapper
+        exits, so that engine cannot start again before: the mapper's supervisor ends it once
+        the engine is gone (or new)."""
         ...

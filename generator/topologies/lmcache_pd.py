@@ -31,6 +31,7 @@ from generator.topologies.base import (
     ReceiverPorts,
     VerdictSources,
     baseline_room,
+    cuda_ipc_peers,
     foreign_settings,
     kv_prompt_tokens,
     no_sidecar,
@@ -183,6 +184,13 @@ class LMCachePD:
         # its "KV sent" notices never come (measured: 504 after 30 s) until the sender restarts.
         decoders = tuple(engine.name for engine in plan.decode)
         return {engine.name: decoders for engine in plan.prefill}
+
+    def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        # The sender WRITEs into each decoder's LMCache transfer buffer; on a GPU, over CUDA
+        # IPC where they share a host (a buffer in host memory is not GPU memory).
+        if _settings(plan).buffer_device != "cuda":
+            return {}
+        return cuda_ipc_peers(plan, plan.prefill, plan.decode)
 
     def verdict_sources(self, plan: Plan) -> VerdictSources:
         # LMCache's sender WRITEs into the decoder's buffer (ucp_put) and reports no network

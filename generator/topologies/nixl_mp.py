@@ -34,6 +34,7 @@ from generator.topologies.base import (
     ReceiverPorts,
     VerdictSources,
     baseline_room,
+    cuda_ipc_peers,
     foreign_settings,
     kv_prompt_tokens,
     page_address,
@@ -211,6 +212,18 @@ class NixlMP:
         # reconnect after that peer restarts (NIXL_ERR_REMOTE_DISCONNECT on each load).
         servers = [s.service for s in plan.sidecars if s.engine is not None]
         return {server: tuple(peer for peer in servers if peer != server) for server in servers}
+
+    def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        if plan.profile is not Profile.GPU:
+            return {}
+        # The engine that moves the bytes maps its peers' KV (push: the prefiller WRITEs into
+        # the decoders; pull: the decoder READs from the prefillers). Measured on one H200: a
+        # killed decoder could not start again while its prefiller lived (41.87 GiB free).
+        push = _settings(plan).transfer == "push"
+        movers, targets = (plan.prefill, plan.decode) if push else (plan.decode, plan.prefill)
+        # And each `lmcache server` copies KV to and from its engine's GPU memory (CUDA IPC).
+        servers = {s.service: (s.engine,) for s in plan.sidecars if s.engine is not None}
+        return cuda_ipc_peers(plan, movers, targets) | servers
 
     def verdict_sources(self, plan: Plan) -> VerdictSources:
         # pull: the decoder READs from the prefiller (ucp_get); push: the prefiller WRITEs into

@@ -260,7 +260,10 @@ def test_nixl_mp_engines_are_watched_for_their_lmcache_server_s_restart(
 
 
 def _peers_watched(command: list[str]) -> list[str]:
-    return [command[i + 1] for i, part in enumerate(command) if part == "--restarts-with"]
+    """Both watches see a peer's restart; ``--ends-with`` (a GPU peer mapped over CUDA IPC,
+    tests/topologies/test_maps_memory.py) also its end."""
+    watches = ("--restarts-with", "--ends-with")
+    return [command[i + 1] for i, part in enumerate(command) if part in watches]
 
 
 def test_lmcache_pd_prefillers_are_watched_for_their_decoders_restarts(
@@ -273,7 +276,7 @@ def test_lmcache_pd_prefillers_are_watched_for_their_decoders_restarts(
     for name in ("prefill-0", "prefill-1"):
         assert _peers_watched(services[name]["command"]) == decoders
         command = services[name]["command"]
-        assert command.index("--restarts-with") < command.index(name) < command.index("--")
+        assert command.index("--ends-with") < command.index(name) < command.index("--")
     for name in ("decode-0", "decode-1", "router"):
         assert _peers_watched(services[name].get("command", [])) == [], name
     bridged = compose(workspace, "cpu-lmcache-pd")["services"]

@@ -1,0 +1,101 @@
+"""Who maps whose GPU memory over CUDA IPC, and the supervisor watches that follow: a process
+that maps a peer's GPU memory keeps it taken after the peer dies (a killed decoder on one H200
+found 41.87 of 139.8 GiB free at each restart and gave up), so the mapper ends once the peer
+is gone. What the watch itself does is in tests/test_supervise.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.planner import make_plan
+from generator.serializers.process_file import load_process_project
+from generator.stack import load_spec
+from generator.topologies import topology_of
+
+
+def plan_of(workspace: Workspace, stack: str, *overrides: str) -> Plan:
+    return make_plan(load_spec(workspace.stack_file(stack), list(overrides)))
+
+
+def maps(workspace: Workspace, stack: str, *overrides: str) -> dict[str, tuple[str, ...]]:
+    plan = plan_of(workspace, stack, *overrides)
+    return topology_of(plan).maps_memory_of(plan)
+
+
+def test_a_nixl_pusher_maps_its_decoders_and_each_server_its_engine(
+    workspace: Workspace,
+) -> None:
+    assert maps(workspace, "xpyd-1gpu") == {
+        "prefill-0": ("decode-0",),
+        "lmcache-prefill-0": ("prefill-0",),
+        "lmcache-decode-0": ("decode-0",),
+    }
+
+
+def test_under_pull_the_decoder_maps_the_prefillers(workspace: Workspace) -> None:
+    mapped = maps(workspace, "xpyd-mp")  # pull, each engine on GPUs of its own, one host
+    assert mapped["decode-0"] == ("prefill-0",)
+    assert "prefill-0" not in mapped
+
+
+def test_an_lmcache_pd_sender_maps_the_decoders_on_its_host(workspace: Workspace) -> None:
+    assert maps(workspace, "xpyd") == {
+        "prefill-0": ("decode-0", "decode-1"),
+        "prefill-1": ("decode-0", "decode-1"),
+    }
+    # A transfer buffer in host memory is no GPU memory.
+    assert maps(workspace, "xpyd", "lmcache.pd.buffer_device=cpu") == {}
+
+
+def test_across_hosts_and_off_gpus_no_engine_is_mapped(workspace: Workspace) -> None:
+    """CUDA IPC reaches one host's GPUs: across hosts only each server maps its engine."""
+    assert maps(workspace, "xpyd-mp-2host") == {
+        f"lmcache-{engine}": (engine,)
+        for engine in ("prefill-0", "prefill-1", "decode-0", "decode-1")
+    }
+    assert maps(workspace, "xpyd-tp8") == {}  # lmcache-pd, prefill and decode on two nodes
+    for stack in ("cpu-1p1d", "cpu-lmcache-pd", "cpu-p2p"):
+        assert maps(workspace, stack) == {}, stack
+
+
+def _commands(workspace: Workspace, stack: str) -> dict[str, list[str]]:
+    document: dict[str, Any] = yaml.safe_load(
+        (workspace.root / "compose" / stack / "compose.yaml").read_text()
+    )
+    return {name: s.get("command", []) for name, s in document["services"].items()}
+
+
+def _option(command: list[str], name: str) -> list[str]:
+    return [command[i + 1] for i, part in enumerate(command) if part == name]
+
+
+def test_the_rendered_mappers_end_with_their_peers(workspace: Workspace) -> None:
+    """Both runtimes pass the watch to the supervisor: compose in the command, the process
+    plan as ``ends_with``."""
+    plan = plan_of(workspace, "xpyd-1gpu")
+    url = {engine.name: f"{engine.url}/metrics" for engine in plan.engines}
+    commands = _commands(workspace, "xpyd-1gpu")
+    assert _option(commands["prefill-0"], "--ends-with") == [url["decode-0"]]
+    assert _option(commands["lmcache-decode-0"], "--ends-with") == [url["decode-0"]]
+    assert _option(commands["lmcache-prefill-0"], "--ends-with") == [url["prefill-0"]]
+    assert _option(commands["decode-0"], "--ends-with") == []
+    for command in commands.values():
+        assert _option(command, "--restarts-with") == []
+    project = load_process_project(
+        workspace.root / "compose" / "xpyd-1gpu" / "processes.yaml", workspace.root
+    )
+    assert project.service("prefill-0").ends_with == (url["decode-0"],)
+    assert project.service("decode-0").ends_with == ()
+
+
+def test_an_lmcache_pd_sender_on_a_gpu_watches_its_decoders_once(workspace: Workspace) -> None:
+    """Its decoders are stale after a restart and mapped: one watch each, the one that also
+    ends it when they are gone."""
+    commands = _commands(workspace, "xpyd")
+    for name in ("prefill-0", "prefill-1"):
+        assert len(_option(commands[name], "--ends-with")) == 2
+        assert _option(commands[name], "--restarts-with") == []
