@@ -17,7 +17,7 @@ from generator.workflow.graph import Graph
 from generator.workflow.records import RunRecord, claim_run_dir, new_run_id
 from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.runner import TaskFailure, run_graph
-from generator.workflow.runtimes import host_stacks, remove_hosts
+from generator.workflow.runtimes import host_stacks, remove_hosts, runtime_driver
 
 __all__ = ["check_run_id", "dag_of", "make_context", "up_stack"]
 
@@ -87,12 +87,26 @@ def _up_stack(context: RunContext, start_from: str | None) -> None:
     try:
         run_graph(graph, context, selected=selected, on_interrupt=lambda: _interrupted(context))
     except TaskFailure as failure:
+        if (ended := _allocation_ended(context)) and ended not in failure.message:
+            # A Slurm job that ended under the run fails whichever task ran then (the smoke's
+            # step: "Job/step already completing"): its end is the cause, in its one line.
+            raise TaskFailure(failure.task, StackError(ended)) from failure
         _report_failure(context, failure)
         raise
     finally:
         _save_logs(context)
         if context.verdict is not None:
             context.reporter.verdict(context.plan, context.verdict)
+
+
+def _allocation_ended(context: RunContext) -> str | None:
+    """The runtime's line when what the stack runs in ended (None: it runs, or none is known)."""
+    try:
+        return runtime_driver(context.plan.runtime).allocation_ended(
+            context.plan.stack, context.workspace
+        )
+    except XpydError:
+        return None  # asked to explain a failure: a second one must not replace it
 
 
 def _interrupted(context: RunContext) -> None:

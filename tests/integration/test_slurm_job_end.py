@@ -78,32 +78,51 @@ def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str) -> None:
 def test_a_job_its_time_limit_ends_fails_ups_wait_at_once_with_one_line(
     cluster: SlurmCluster, copy: Path, pythons: list[str]
 ) -> None:
+    """Where the limit comes while `up` runs (engines loading on 2 cores: 167-173 s), `up`
+    fails with Slurm's line whichever task ran then (a health wait, or the smoke's step that
+    Slurm no longer lets start); on a host fast enough to finish first (an Intel Xeon with AMX
+    reached the verdict in 59 s), the job ends under the running stack and `status` says so."""
     started = time.monotonic()
     limit = ["--set", "slurm.time_limit_min=1"]
-    up = slurm_cli(cluster, "up", STACK, *pythons, *limit, "--run-id", "end-timeout", root=copy)
-    took_s = time.monotonic() - started
-    assert up.returncode == 1, up.stdout[-2000:] + up.stderr[-3000:]
-    said = (
-        f"of stack {STACK} ended: TIMEOUT (its time limit, 00:01:00, ran out); raise "
-        f"slurm.time_limit_min, or {_FIX}"
-    )
-    assert said in up.stderr, up.stderr[-3000:]
-    assert took_s < _ENGINE_DEADLINE_S, f"up waited {took_s:.0f} s"
-    print(f"[slurm-end] up ended by the time limit after {took_s:.0f} s", flush=True)
-    _status_and_down(cluster, copy, "ended: TIMEOUT (its time limit, 00:01:00, ran out)")
+    ended = "ended: TIMEOUT (its time limit, 00:01:00, ran out)"
+    try:
+        up = slurm_cli(cluster, "up", STACK, *pythons, *limit, "--run-id", "end-timeout", root=copy)
+        took_s = time.monotonic() - started
+        if up.returncode == 0:
+            print(f"[slurm-end] up passed in {took_s:.0f} s, before the time limit", flush=True)
+            _wait_until_ended(cluster, copy, ended)
+        else:
+            said = f"of stack {STACK} {ended}; raise slurm.time_limit_min, or {_FIX}"
+            assert said in up.stderr, up.stderr[-3000:]
+            assert took_s < _ENGINE_DEADLINE_S, f"up waited {took_s:.0f} s"
+            print(f"[slurm-end] up ended by the time limit after {took_s:.0f} s", flush=True)
+        _status_and_down(cluster, copy, ended)
+    finally:
+        slurm_cli(cluster, "down", STACK, root=copy, timeout_s=300)  # nothing left for the next
+
+
+def _wait_until_ended(cluster: SlurmCluster, copy: Path, ended: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        status = slurm_cli(cluster, "status", STACK, root=copy)
+        if status.returncode == 1 and ended in status.stderr:
+            return
+        time.sleep(5)
+    raise AssertionError(f"the job did not end by its time limit: {status.stderr[-2000:]}")
 
 
 def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
     cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
 ) -> None:
     command = ["up", STACK, *pythons, "--run-id", "end-scancel"]
+    earlier = _job_ids(cluster)  # a job still completing is not this up's
     with (tmp_path / "up.err").open("w+") as errors:
         up = subprocess.Popen(
             cluster.client_command(sys.executable, "-m", "generator", *command),
             env=client_env(cluster, copy), stdout=subprocess.DEVNULL, stderr=errors, text=True,
         )  # fmt: skip
         try:
-            job_id = _wait_for_step(cluster, ":decode-0", up)
+            job_id = _wait_for_step(cluster, ":decode-0", up, earlier)
             cancelled = time.monotonic()
             cluster.run("scancel", job_id)
             up.wait(timeout=240)
@@ -122,14 +141,22 @@ def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
     _status_and_down(cluster, copy, f"slurm job {job_id} of stack {STACK} ended: CANCELLED")
 
 
-def _wait_for_step(cluster: SlurmCluster, step: str, up: subprocess.Popen[str]) -> str:
-    """The id of the job once a step whose name ends in ``step`` runs in it (steps are named
-    <process project>:<service>): the engine is loading."""
+def _job_ids(cluster: SlurmCluster) -> set[str]:
+    listed = cluster.run("squeue", "--noheader", "--format=%i", check=False)
+    return {line.strip() for line in listed.stdout.splitlines() if line.strip()}
+
+
+def _wait_for_step(
+    cluster: SlurmCluster, step: str, up: subprocess.Popen[str], earlier: set[str]
+) -> str:
+    """The id of the job, not one of ``earlier``, once a step whose name ends in ``step`` runs
+    in it (steps are named <process project>:<service>): the engine is loading."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and up.poll() is None:
         listed = cluster.run("squeue", "--noheader", "--steps", "--format=%i %j", check=False)
         for fields in (line.split() for line in listed.stdout.splitlines()):
-            if len(fields) == 2 and fields[1].endswith(step):
-                return fields[0].split(".")[0]
-        time.sleep(1)
+            job = fields[0].split(".")[0] if fields else ""
+            if len(fields) == 2 and fields[1].endswith(step) and job not in earlier:
+                return job
+        time.sleep(0.5)
     raise AssertionError(f"no step {step} in 300 s (up exited {up.poll()})")
