@@ -223,6 +223,7 @@ _FIELDS = {
     "JobState": re.compile(r"[A-Z_]{1,32}"),
     "Reason": re.compile(r"[A-Za-z0-9_(),.:/@-]{1,128}"),
     "TimeLimit": re.compile(r"UNLIMITED|Partition_Limit|(\d{1,5}-)?\d{1,2}:\d{2}:\d{2}"),
+    "RunTime": re.compile(r"(\d{1,5}-)?\d{1,2}:\d{2}:\d{2}"),
     "Restarts": re.compile(r"\d{1,6}"),
     "NodeList": re.compile(r"[A-Za-z0-9_.,\[\]-]{1,1024}"),
     "ExitCode": re.compile(r"\d{1,3}:\d{1,3}"),
@@ -260,6 +261,7 @@ class JobInfo:
     restarts: int = 0  # Restarts: how often Slurm requeued it
     nodes: str = ""  # NodeList, compressed (n[1-2])
     exit_code: str = ""  # ExitCode of its batch step, code:signal
+    run_time: str = ""  # RunTime, as TimeLimit is printed
 
 
 def parse_job_info(text: str) -> JobInfo | None:
@@ -296,6 +298,7 @@ def _info(state: str, found: Mapping[str, str]) -> JobInfo | None:
         restarts=int(found.get("Restarts") or 0),
         nodes=found.get("NodeList", ""),  # "(null)" before it runs: not a valid list
         exit_code=found.get("ExitCode", ""),
+        run_time=found.get("RunTime", ""),
     )
 
 
@@ -337,11 +340,29 @@ def ended_state(info: JobInfo, *, restarts_seen: int = 0) -> str | None:
     nodes."""
     if info.state in _REQUEUED or (info.state in _ALIVE and info.restarts > restarts_seen):
         return "REQUEUED"
+    if info.state == "RUNNING" and _limit_reached(info):
+        # Slurm refuses new steps once the limit is reached ("Job/step already completing"),
+        # seconds before its periodic check moves the job to TIMEOUT.
+        return "TIMEOUT"
     if info.state in _ALIVE:
         return None
     if info.state == "COMPLETING":
         return _COMPLETING_AS.get(info.reason, info.state)
     return info.state
+
+
+def _limit_reached(info: JobInfo) -> bool:
+    limit, ran = _duration_s(info.time_limit), _duration_s(info.run_time)
+    return limit is not None and ran is not None and ran >= limit
+
+
+def _duration_s(text: str) -> int | None:
+    """Seconds of a Slurm duration, [D-]HH:MM:SS (None: UNLIMITED, none, or not one)."""
+    match = re.fullmatch(r"(?:(\d{1,5})-)?(\d{1,2}):(\d{2}):(\d{2})", text)
+    if match is None:
+        return None
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def ended_by_slurm(info: JobInfo, *, job_id: int, stack: str, restarts_seen: int = 0) -> str | None:

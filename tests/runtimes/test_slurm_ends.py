@@ -31,6 +31,7 @@ def test_scontrols_line_is_read_field_by_field() -> None:
         restarts=0,
         nodes="n[1-2]",
         exit_code="0:15",
+        run_time="00:01:28",
     )
 
 
@@ -42,6 +43,31 @@ def test_a_timed_out_job_says_its_limit_and_which_setting_to_raise() -> None:
         "raise slurm.time_limit_min, or run `python -m generator down cpu-slurm`, then "
         "`up cpu-slurm` again"
     )
+
+
+@pytest.mark.parametrize(
+    ("run_time", "time_limit", "ended"),
+    [
+        ("00:01:00", "00:01:00", True),  # Slurm already refuses new steps
+        ("00:00:59", "00:01:00", False),
+        ("1-00:00:00", "23:59:59", True),
+        ("00:05:00", "UNLIMITED", False),
+        ("", "00:01:00", False),  # no RunTime printed: nothing claimed
+    ],
+)
+def test_a_running_job_past_its_limit_has_timed_out(
+    run_time: str, time_limit: str, ended: bool
+) -> None:
+    """Between the limit and slurmctld's periodic check the job still reads RUNNING while its
+    steps are refused ("Job/step already completing"): seen on a real cluster, the smoke's
+    step failed so, 59 s into a 1-minute job."""
+    info = JobInfo(state="RUNNING", reason="None", time_limit=time_limit, run_time=run_time)
+    said = line(info)
+    if ended:
+        assert said is not None
+        assert "ended: TIMEOUT (its time limit" in said
+    else:
+        assert said is None
 
 
 @pytest.mark.parametrize(
