@@ -37,6 +37,7 @@ __all__ = [
     "signal_step",
     "srun_prefix",
     "submit",
+    "wait_released",
 ]
 
 CLIENT_COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "srun")
@@ -191,6 +192,19 @@ def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
 
 def cancel(job_id: int) -> None:
     _run(["scancel", str(job_id)], check=False)  # gone already: nothing to cancel
+
+
+def wait_released(job_id: int, *, within_s: float) -> bool:
+    """Until squeue lists the job no more (COMPLETING: its nodes still clean up), at most
+    ``within_s``; whether it went. A Slurm that does not answer says nothing: True."""
+    deadline = time.monotonic() + within_s
+    while True:
+        done = _run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%i"], check=False)
+        if done.returncode != 0 or not done.stdout[:_MAX_OUTPUT].strip():
+            return True  # "Invalid job id specified": slurmctld lists it no more
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_SETTLE_POLL_S)
 
 
 def signal_step(job_id: int, step_name: str, signal_name: str) -> bool:

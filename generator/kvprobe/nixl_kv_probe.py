@@ -6,17 +6,19 @@ imports the xpyd package). One process per role:
 
     serve --listen HOST:PORT --device cpu|cuda [--size-mib N] [--timeout-s S]
     run   --peer HOST:PORT   --device cpu|cuda [--size-mib N] [--iters N] [--timeout-s S]
-          [--ucx-log FILE]
+          [--block-kib N] [--ucx-log FILE]
 
 ``cuda`` is cuda:0, the first GPU of CUDA_VISIBLE_DEVICES. ``serve`` fills its buffer with a
 known pattern, registers it with a NIXL agent (UCX backend) and hands its agent metadata and
 buffer descriptor to one peer over the TCP rendezvous port; it stays until that peer says done
 (or the timeout passes) and then prints one JSON line. ``run`` writes its whole buffer to the
 peer and reads it back (one warm-up plus ``--iters`` timed transfers each way), checks the
-pattern after both directions, and prints ONE JSON line on stdout. Exit status: 0 when the
-measurement completed with correct data (slow or not: judging is the caller's job), 1 on any
-failure ("ok": false and a one-line "error"), 2 on a usage error. Every wait ends by
-``--timeout-s``.
+pattern after both directions, and prints ONE JSON line on stdout. With ``--block-kib N`` each
+transfer is a list of N-KiB descriptors, as vLLM's NIXL connector moves KV (one per layer,
+K or V, and block: 32 KiB for Llama-3.1-8B's bf16 blocks of 16 tokens), instead of one.
+Exit status: 0 when the measurement completed with correct data (slow or not: judging is the
+caller's job), 1 on any failure ("ok": false and a one-line "error"), 2 on a usage error. Every
+wait ends by ``--timeout-s``.
 
 How the transport is found: ``run`` measures in a child process started with
 ``UCX_PROTO_INFO=used`` and ``UCX_LOG_FILE`` pointing at a temporary file. When that child
@@ -369,12 +371,22 @@ class Endpoint:
 
 
 def timed_transfers(
-    side: Endpoint, op: str, peer: dict[str, Any], *, nbytes: int, iters: int, deadline: float
+    side: Endpoint,
+    op: str,
+    peer: dict[str, Any],
+    *,
+    nbytes: int,
+    block: int,
+    iters: int,
+    deadline: float,
 ) -> list[float]:
-    """Seconds per transfer of the whole buffer, after one untimed warm-up."""
+    """Seconds per transfer of the whole buffer (in descriptors of ``block`` bytes), after one
+    untimed warm-up."""
     agent = side.agent
-    local = agent.get_xfer_descs(side.buffer[:nbytes])
-    remote = agent.get_xfer_descs([(peer["addr"], nbytes, peer["dev_id"])], peer["mem_type"])
+    mine = (side.buffer.data_ptr(), max(side.buffer.get_device(), 0), side.offer()["mem_type"])
+    local = agent.get_xfer_descs(blocks(mine[0], nbytes, block, mine[1]), mine[2])
+    theirs = blocks(peer["addr"], nbytes, block, peer["dev_id"])
+    remote = agent.get_xfer_descs(theirs, peer["mem_type"])
     handle = agent.initialize_xfer(op, local, remote, peer["name"])
     try:
         seconds = [_transfer_s(agent, handle, op, deadline) for _ in range(iters + 1)][1:]
@@ -384,6 +396,11 @@ def timed_transfers(
         raise
     agent.release_xfer_handle(handle)
     return seconds
+
+
+def blocks(addr: int, nbytes: int, block: int, dev_id: int) -> list[tuple[int, int, int]]:
+    """(address, length, device) of each descriptor covering ``nbytes`` from ``addr``."""
+    return [(addr + at, min(block, nbytes - at), dev_id) for at in range(0, nbytes, block)]
 
 
 def _transfer_s(agent: Any, handle: Any, op: str, deadline: float) -> float:
@@ -446,12 +463,12 @@ def _hold(side: Endpoint, channel: Channel, report: dict[str, Any]) -> None:
 def measure(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """The initiator's work; runs in the child that ``run`` starts (see the module docstring)."""
     deadline = time.monotonic() + args.timeout_s
-    report |= {"bytes": size_bytes(args), "iters": args.iters}
+    report |= {"bytes": size_bytes(args), "iters": args.iters, "block_kib": args.block_kib}
     side = Endpoint(args.device, size_bytes(args), RUN_SEED, "run")
     report["device"] = describe_device(args.device)
     channel = connect(args.peer, deadline)
     try:
-        checks = _both_ways(side, channel, report, iters=args.iters, deadline=deadline)
+        checks = _both_ways(side, channel, report, args=args, deadline=deadline)
     except Exception as exc:
         _abort(channel, exc)
         raise
@@ -465,7 +482,12 @@ def measure(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def _both_ways(
-    side: Endpoint, channel: Channel, report: dict[str, Any], *, iters: int, deadline: float
+    side: Endpoint,
+    channel: Channel,
+    report: dict[str, Any],
+    *,
+    args: argparse.Namespace,
+    deadline: float,
 ) -> dict[str, bool]:
     """WRITE (the peer checks), then READ of the peer's restored pattern (this side checks)."""
     nbytes = report["bytes"]
@@ -473,7 +495,8 @@ def _both_ways(
     peer = channel.receive("waiting for the peer's buffer descriptor")
     report["peer_device"] = peer.get("device")
     peer["name"] = side.agent.add_remote_agent(base64.b64decode(peer["agent_metadata"]))
-    bounds = {"nbytes": nbytes, "iters": iters, "deadline": deadline}
+    block = args.block_kib * 1024 or nbytes
+    bounds = {"nbytes": nbytes, "block": block, "iters": args.iters, "deadline": deadline}
     report |= rates("write", nbytes, timed_transfers(side, "WRITE", peer, **bounds))
     channel.send({"op": "check", "seed": RUN_SEED})
     checks = {"WRITE": bool(channel.receive("waiting for the peer's data check")["correct"])}
@@ -521,6 +544,7 @@ def _run_child(args: argparse.Namespace, result: Path, ucx_log: Path) -> str:
     command = [sys.executable, str(Path(__file__).resolve()), "measure", "--peer", args.peer]
     command += ["--device", args.device, "--size-mib", str(args.size_mib), "--iters"]
     command += [str(args.iters), "--timeout-s", str(args.timeout_s), "--result-file", str(result)]
+    command += ["--block-kib", str(args.block_kib)]
     env = {**os.environ, "UCX_PROTO_INFO": "used", "UCX_LOG_FILE": str(ucx_log)}
     limit_s = args.timeout_s + _EXIT_GRACE_S
     try:
@@ -569,6 +593,9 @@ def parser() -> argparse.ArgumentParser:
     for sub in (run_p, measure_p):
         sub.add_argument("--peer", required=True, metavar="HOST:PORT")
         sub.add_argument("--iters", type=int, default=5, help="timed transfers each way")
+        sub.add_argument(
+            "--block-kib", type=int, default=0, help="descriptor size (0: one for the buffer)"
+        )
     run_p.add_argument("--ucx-log", help="also keep UCX's protocol report in this file")
     measure_p.add_argument("--result-file", required=True)
     for sub in (serve_p, run_p, measure_p):
@@ -584,6 +611,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         args.size_mib = DEFAULT_SIZE_MIB[args.device]
     if args.size_mib <= 0 or getattr(args, "iters", 1) <= 0 or args.timeout_s <= 0:
         parser().error("--size-mib, --iters and --timeout-s must be positive")
+    if not 0 <= getattr(args, "block_kib", 0) <= args.size_mib * 1024:
+        parser().error("--block-kib must be from 0 (one descriptor) to the buffer's size")
     return args
 
 

@@ -31,6 +31,7 @@ def answer(monkeypatch: pytest.MonkeyPatch, info: JobInfo | None) -> list[int]:
     cancelled: list[int] = []
     monkeypatch.setattr(driver_module, "job_info", lambda job_id, **_: info)
     monkeypatch.setattr(driver_module, "cancel", cancelled.append)
+    monkeypatch.setattr(driver_module, "wait_released", lambda job_id, **_: True)
     return cancelled
 
 
@@ -106,3 +107,27 @@ def test_signalling_a_step_of_a_job_slurm_forgot_finds_none(
     gone = subprocess.CompletedProcess[str](["squeue"], 1, stdout="", stderr=said)
     monkeypatch.setattr("generator.slurm._run", lambda argv, check=True: gone)
     assert signal_step(41, "cpu-slurm:decode-0", "TERM") is False
+
+
+def test_down_of_a_job_past_its_limit_that_slurm_has_not_ended_yet_cancels_it(
+    bound: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RUNNING with RunTime at its TimeLimit: its end is sure (status says TIMEOUT), but it
+    holds its nodes until slurmctld's periodic check: down ends it now."""
+    running = JobInfo(state="RUNNING", time_limit="00:01:00", run_time="00:01:03")
+    cancelled = answer(monkeypatch, running)
+    said = DRIVER.release(STACK, bound)
+    assert cancelled == [41]
+    assert said is not None
+    assert said.startswith("Slurm job 41 had ended already (TIMEOUT")
+    assert read_job(bound.root, STACK) is None
+
+
+def test_down_says_when_slurm_still_lists_the_job(
+    bound: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer(monkeypatch, JobInfo(state="RUNNING"))
+    monkeypatch.setattr(driver_module, "wait_released", lambda job_id, **_: False)
+    said = DRIVER.release(STACK, bound)
+    assert said is not None
+    assert "Slurm still lists it after 40 s: its nodes clean up" in said

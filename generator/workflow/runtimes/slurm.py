@@ -45,6 +45,7 @@ from generator.slurm import (
     missing_commands,
     node_addresses,
     submit,
+    wait_released,
 )
 from generator.spec import Isolation, Profile, Runtime, SlurmSpec
 from generator.workflow.builder import MINUTE, GraphBuilder
@@ -114,11 +115,16 @@ class _SlurmDriver:
         ended = ended_state(info, restarts_seen=job.restarts) if info else None
         if ended is not None:
             found = f"Slurm job {job.job_id} had ended already ({_how(ended, info)})"
+            if job.submitted and info is not None and info.state == "RUNNING":
+                cancel(job.job_id)  # its limit ran out, and Slurm has not ended it yet
         elif job.submitted:
             cancel(job.job_id)
             found = f"cancelled Slurm job {job.job_id}"
         else:
             found = f"left Slurm job {job.job_id} running (yours: scancel it when done)"
+        # Until Slurm lists it no more, its nodes still clean up and hold the next job back.
+        if job.submitted and not wait_released(job.job_id, within_s=_SETTLE_S):
+            found += f" (Slurm still lists it after {_SETTLE_S:.0f} s: its nodes clean up)"
         remove_job(workspace.root, stack)
         return f"{found}; its record removed"
 
