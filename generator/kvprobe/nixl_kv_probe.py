@@ -6,7 +6,7 @@ imports the xpyd package). One process per role:
 
     serve --listen HOST:PORT --device cpu|cuda [--size-mib N] [--timeout-s S]
     run   --peer HOST:PORT   --device cpu|cuda [--size-mib N] [--iters N] [--timeout-s S]
-          [--block-kib N] [--ucx-log FILE]
+          [--block-kib N] [--threads N] [--ucx-log FILE]
 
 ``cuda`` is cuda:0, the first GPU of CUDA_VISIBLE_DEVICES. ``serve`` fills its buffer with a
 known pattern, registers it with a NIXL agent (UCX backend) and hands its agent metadata and
@@ -15,7 +15,9 @@ buffer descriptor to one peer over the TCP rendezvous port; it stays until that 
 peer and reads it back (one warm-up plus ``--iters`` timed transfers each way), checks the
 pattern after both directions, and prints ONE JSON line on stdout. With ``--block-kib N`` each
 transfer is a list of N-KiB descriptors, as vLLM's NIXL connector moves KV (one per layer,
-K or V, and block: 32 KiB for Llama-3.1-8B's bf16 blocks of 16 tokens), instead of one.
+K or V, and block: 32 KiB for Llama-3.1-8B's bf16 blocks of 16 tokens), instead of one; with
+``--threads N`` the initiator's UCX backend has N worker threads (vLLM's NIXL connector asks
+for 4: its ``num_threads``), instead of NIXL's default.
 Exit status: 0 when the measurement completed with correct data (slow or not: judging is the
 caller's job), 1 on any failure ("ok": false and a one-line "error"), 2 on a usage error. Every
 wait ends by ``--timeout-s``.
@@ -317,7 +319,7 @@ def _pci_bus_id(props: Any) -> str | None:
 class Endpoint:
     """One side: a patterned buffer registered with a NIXL agent on the UCX backend."""
 
-    def __init__(self, device: str, nbytes: int, seed: int, role: str) -> None:
+    def __init__(self, device: str, nbytes: int, seed: int, role: str, threads: int = 0) -> None:
         import torch
 
         if device == "cuda" and not torch.cuda.is_available():
@@ -331,7 +333,8 @@ class Endpoint:
         self.buffer: Any = torch.empty(nbytes, dtype=torch.uint8, device=where)
         self.fill(seed)
         name = f"kvprobe-{role}-{uuid.uuid4().hex[:8]}"
-        self.agent: Any = nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+        config = nixl_agent_config(backends=["UCX"], num_threads=threads)
+        self.agent: Any = nixl_agent(name, config)
         self.registration: Any = self.agent.register_memory(self.buffer)
 
     def _words(self, nbytes: int) -> Any:
@@ -464,7 +467,8 @@ def measure(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """The initiator's work; runs in the child that ``run`` starts (see the module docstring)."""
     deadline = time.monotonic() + args.timeout_s
     report |= {"bytes": size_bytes(args), "iters": args.iters, "block_kib": args.block_kib}
-    side = Endpoint(args.device, size_bytes(args), RUN_SEED, "run")
+    report["threads"] = args.threads
+    side = Endpoint(args.device, size_bytes(args), RUN_SEED, "run", args.threads)
     report["device"] = describe_device(args.device)
     channel = connect(args.peer, deadline)
     try:
@@ -544,7 +548,7 @@ def _run_child(args: argparse.Namespace, result: Path, ucx_log: Path) -> str:
     command = [sys.executable, str(Path(__file__).resolve()), "measure", "--peer", args.peer]
     command += ["--device", args.device, "--size-mib", str(args.size_mib), "--iters"]
     command += [str(args.iters), "--timeout-s", str(args.timeout_s), "--result-file", str(result)]
-    command += ["--block-kib", str(args.block_kib)]
+    command += ["--block-kib", str(args.block_kib), "--threads", str(args.threads)]
     env = {**os.environ, "UCX_PROTO_INFO": "used", "UCX_LOG_FILE": str(ucx_log)}
     limit_s = args.timeout_s + _EXIT_GRACE_S
     try:
@@ -583,6 +587,9 @@ def size_bytes(args: argparse.Namespace) -> int:
 # --- command line --------------------------------------------------------------------------
 
 
+_MAX_THREADS = 64
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="nixl_kv_probe", description=__doc__.split("\n\n")[0])
     roles = top.add_subparsers(dest="role", required=True)
@@ -595,6 +602,9 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--iters", type=int, default=5, help="timed transfers each way")
         sub.add_argument(
             "--block-kib", type=int, default=0, help="descriptor size (0: one for the buffer)"
+        )
+        sub.add_argument(
+            "--threads", type=int, default=0, help="UCX worker threads (0: NIXL's default)"
         )
     run_p.add_argument("--ucx-log", help="also keep UCX's protocol report in this file")
     measure_p.add_argument("--result-file", required=True)
@@ -613,6 +623,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser().error("--size-mib, --iters and --timeout-s must be positive")
     if not 0 <= getattr(args, "block_kib", 0) <= args.size_mib * 1024:
         parser().error("--block-kib must be from 0 (one descriptor) to the buffer's size")
+    if not 0 <= getattr(args, "threads", 0) <= _MAX_THREADS:
+        parser().error(f"--threads must be from 0 to {_MAX_THREADS}")
     return args
 
 

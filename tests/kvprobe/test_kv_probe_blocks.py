@@ -25,3 +25,10 @@ def test_block_kib_is_bounded_by_the_buffer() -> None:
     for bad in ("-1", str(256 * 1024 + 1)):
         with pytest.raises(SystemExit):
             parse_args(["run", "--peer", "h:1", "--device", "cpu", "--block-kib", bad])
+
+
+def test_threads_are_bounded() -> None:
+    assert parse_args(["run", "--peer", "h:1", "--device", "cpu", "--threads", "4"]).threads == 4
+    for bad in ("-1", "65"):
+        with pytest.raises(SystemExit):
+            parse_args(["run", "--peer", "h:1", "--device", "cpu", "--threads", bad])
