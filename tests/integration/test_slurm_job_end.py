@@ -80,12 +80,14 @@ def test_a_job_its_time_limit_ends_fails_ups_wait_at_once_with_one_line(
 ) -> None:
     """Where the limit comes while `up` runs, `up` fails with Slurm's line whichever task ran
     then: a health wait (engines loading on 2 AMD EPYC cores: 167-173 s), or, on a host that
-    reaches the verdict within the minute (an Intel Xeon with AMX did in 54-59 s), the
+    reaches the verdict within the minute (an Intel Xeon with AMX did in 53-59 s), the
     benchmark `up --bench` goes on to, or a step Slurm no longer lets start ("Job/step already
     completing"). Should `up` still finish first, the job ends under the running stack and
     `status` says so."""
     started = time.monotonic()
-    limit = ["--set", "slurm.time_limit_min=1", "--bench"]
+    # The benchmark's load alone lasts 100 s (200 prompts at 2/s): past the limit on any host.
+    bench = ["--bench", "--num-prompts", "200", "--request-rate", "2"]
+    limit = ["--set", "slurm.time_limit_min=1", *bench]
     ended = "ended: TIMEOUT (its time limit, 00:01:00, ran out)"
     try:
         up = slurm_cli(cluster, "up", STACK, *pythons, *limit, "--run-id", "end-timeout", root=copy)
