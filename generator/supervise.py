@@ -41,7 +41,10 @@ host: a NIXL pusher the decoders' KV, an `lmcache server` its engine's) it does 
 also ends the command once that peer, seen before, refuses connections twice in a row: the
 mapping keeps the dead peer's GPU memory taken until this process exits, so the peer cannot
 start again before it does (measured on an H200: 41.87 of 139.8 GiB free at each restart).
-A page that is slow to answer is no reason.
+A page that is slow to answer is no reason (vLLM binds its port before its engine starts but
+listens only once it serves: a restarting engine refuses too). While the process runtime's
+``down`` stops the stack (``STOPPING_FILE`` beside the PID record), a peer gone is no reason:
+its services stop one after another, and the peer may go first.
 
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
@@ -94,6 +97,7 @@ __all__ = [
     "PID_FILE_ENV",
     "SIGNALS",
     "SOURCE",
+    "STOPPING_FILE",
     "PidRecord",
     "Reach",
     "exit_code",
@@ -108,6 +112,7 @@ LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
 IN_IMAGE = "/opt/xpyd/supervise.py"
 PID_FILE_ENV = "XPYD_PID_FILE"
+STOPPING_FILE = "stopping"  # in the PID record's folder, while `down` stops the stack
 SIGNALS = ("KILL", "TERM", "STOP", "CONT")  # what a fault sends
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 UNASKED_EXIT = 1
@@ -675,7 +680,7 @@ class _PeerGone:
             started = _page_start(self.url)
         except OSError as exc:
             self.refused = self.refused + 1 if _nobody_listens(exc) else 0
-            if not self.seen or self.refused < _WATCH_MISSES:
+            if not self.seen or self.refused < _WATCH_MISSES or _stack_stopping():
                 return None
             return f"saw its peer at {self.url} gone (it maps the peer's GPU memory)"
         self.seen, self.refused = True, 0
@@ -686,6 +691,11 @@ class _PeerGone:
         if started <= self.first + _SAME_START_S:
             return None
         return f"saw its peer at {self.url} restart (it maps the peer's GPU memory)"
+
+
+def _stack_stopping() -> bool:
+    named = os.environ.get(PID_FILE_ENV)
+    return named is not None and os.path.lexists(Path(named).parent / STOPPING_FILE)
 
 
 def _nobody_listens(exc: OSError) -> bool:

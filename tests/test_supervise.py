@@ -15,6 +15,7 @@ import pytest
 
 from generator.supervise import (
     SOURCE,
+    STOPPING_FILE,
     PidRecord,
     exit_code,
     last_said,
@@ -399,12 +400,15 @@ def test_a_peer_first_seen_late_sets_the_start_it_is_held_to() -> None:
         peer.close()
 
 
-def _mapping(url: str) -> subprocess.Popen[str]:
+def _mapping(url: str, pid_file: Path | None = None) -> subprocess.Popen[str]:
+    env = {"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"}
+    if pid_file is not None:
+        env["XPYD_PID_FILE"] = str(pid_file)
     return subprocess.Popen(
         [sys.executable, str(ROOT / SOURCE), "--ends-with", url, "mapper", "--", "sleep", "600"],
         stderr=subprocess.PIPE,
         text=True,
-        env={"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"},
+        env=env,
     )
 
 
@@ -437,6 +441,23 @@ def test_a_mapped_peer_that_restarts_ends_the_service_too() -> None:
         process.kill()
         peer.close()
     assert f"mapper saw its peer at {peer.url} restart" in stderr
+
+
+def test_a_peer_gone_while_the_stack_stops_is_no_reason(tmp_path: Path) -> None:
+    """The process runtime's `down` stops services one after another and marks the stack as
+    stopping (STOPPING_FILE beside the PID records): the mapper is not restarted meanwhile."""
+    peer = _Peer()
+    process = _mapping(peer.url, tmp_path / "mapper.pid")
+    try:
+        time.sleep(1.0)  # seen
+        (tmp_path / STOPPING_FILE).write_text("down\n")
+        peer.close()
+        time.sleep(1.5)  # seven looks, all refused
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    assert "gone" not in stderr
 
 
 def test_a_mapped_peer_never_seen_is_no_reason() -> None:

@@ -36,6 +36,7 @@ from generator.owned import (
     read_tail,
     remove_file,
     remove_tree,
+    write_text,
 )
 from generator.runtimes.base import ServiceState
 from generator.runtimes.groups import (
@@ -65,8 +66,8 @@ from generator.serializers.process import (
 from generator.serializers.process_file import load_process_project
 from generator.spec import Isolation
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
+from generator.supervise import STOPPING_FILE, last_said
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
-from generator.supervise import last_said
 
 __all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
 
@@ -172,6 +173,7 @@ class ProcessStack:
 
     def _start(self, service: ProcessService) -> ServiceEntry:
         owned_dir(self.root, self._plan.state / "logs")
+        remove_file(self.root, self.state_dir / STOPPING_FILE)  # a down cut short left it
         for suffix in _SERVICE_FILES:  # a link planted there goes, unfollowed
             remove_file(self.root, self._file(service.name, suffix))
         marker = new_marker()
@@ -394,9 +396,12 @@ class ProcessStack:
         state = read_state(self.state_dir, self.project)
         running = state.services if state else {}
         order = [s.name for s in self._plan.services if s.name in running]
+        if running:  # a GPU peer stopped first is no crash to the services that map it
+            write_text(self.root, self.state_dir / STOPPING_FILE, "down\n")
         for name in [*sorted(set(running) - set(order)), *reversed(order)]:
             self.launcher.stop(name, running[name], _grace_s(self._plan, name))
         self._health.clear()
+        remove_file(self.root, self.state_dir / STOPPING_FILE)
         names = {*running, *(s.name for s in self._plan.services)}
         for name in sorted(names):
             for suffix in _SERVICE_FILES:

@@ -256,6 +256,28 @@ def test_down_ends_the_whole_group_grandchildren_too(tmp_path: Path) -> None:
     assert not [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_down_marks_the_stack_stopping_while_it_stops_it(tmp_path: Path) -> None:
+    """Supervisors watching a GPU peer (--ends-with) see the mark and restart nothing while
+    the stack goes; it is gone once down is done."""
+    saw = tmp_path / "saw"
+    code = (
+        "import os, pathlib, signal, sys, time\n"
+        "here = pathlib.Path(os.environ['XPYD_PID_FILE']).parent\n"
+        "def stop(*_):\n"
+        f"    pathlib.Path({str(saw)!r}).write_text(str((here / 'stopping').exists()))\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "time.sleep(1000)\n"
+    )
+    stack = ProcessStack(project(script_service("watcher", code)), tmp_path, PYTHONS)
+    stack.up(["watcher"])
+    wait_for(lambda: state_of(stack, "watcher")[0] == "running")
+    time.sleep(1.0)  # its handler is set
+    stack.down()
+    assert saw.read_text() == "True"
+    assert not (stack.state_dir / "stopping").exists()
+
+
 def members(stack: ProcessStack) -> list[psutil.Process]:
     import json
 
