@@ -658,22 +658,24 @@ class _PeerStart:
 
     def look(self) -> str | None:
         started = started_at(self.url)
-        if started is None:
-            return None
-        if self.first is None:
-            self.first = started
-        if started <= self.first + _SAME_START_S:
+        if started is None or not self.restarted(started):
             return None
         return f"saw its peer at {self.url} restart (what it keeps of that peer is stale)"
 
+    def restarted(self, started: float) -> bool:
+        """Whether ``started`` is a newer process than the first one seen (kept here)."""
+        if self.first is None:
+            self.first = started
+        return started > self.first + _SAME_START_S
 
-class _PeerGone:
+
+class _PeerGone(_PeerStart):
     """A new start of the peer, or the peer, seen before, refusing connections (no process
     listens: it is gone) in that many looks in a row."""
 
     def __init__(self, url: str) -> None:
-        self.url, self.seen, self.refused = url, False, 0
-        self.first: float | None = None
+        super().__init__(url)
+        self.seen, self.refused = False, 0
 
     def look(self) -> str | None:
         try:
@@ -684,11 +686,7 @@ class _PeerGone:
                 return None
             return f"saw its peer at {self.url} gone (it maps the peer's GPU memory)"
         self.seen, self.refused = True, 0
-        if started is None:
-            return None
-        if self.first is None:
-            self.first = started
-        if started <= self.first + _SAME_START_S:
+        if started is None or not self.restarted(started):
             return None
         return f"saw its peer at {self.url} restart (it maps the peer's GPU memory)"
 

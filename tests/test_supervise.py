@@ -353,12 +353,22 @@ class _Peer(_Page):
 
 
 def _watching(*urls: str) -> subprocess.Popen[str]:
-    options = [part for url in urls for part in ("--restarts-with", url)]
+    return _supervising("--restarts-with", urls, "watching")
+
+
+def _supervising(
+    option: str, urls: tuple[str, ...], name: str, pid_file: Path | None = None
+) -> subprocess.Popen[str]:
+    """``sleep 600`` supervised as ``name``, watching each of ``urls`` with ``option``."""
+    env = {"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"}
+    if pid_file is not None:
+        env["XPYD_PID_FILE"] = str(pid_file)
+    options = [part for url in urls for part in (option, url)]
     return subprocess.Popen(
-        [sys.executable, str(ROOT / SOURCE), *options, "watching", "--", "sleep", "600"],
+        [sys.executable, str(ROOT / SOURCE), *options, name, "--", "sleep", "600"],
         stderr=subprocess.PIPE,
         text=True,
-        env={"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"},
+        env=env,
     )
 
 
@@ -401,15 +411,7 @@ def test_a_peer_first_seen_late_sets_the_start_it_is_held_to() -> None:
 
 
 def _mapping(url: str, pid_file: Path | None = None) -> subprocess.Popen[str]:
-    env = {"XPYD_WATCH_EVERY_S": "0.2", "PATH": "/usr/bin:/bin"}
-    if pid_file is not None:
-        env["XPYD_PID_FILE"] = str(pid_file)
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / SOURCE), "--ends-with", url, "mapper", "--", "sleep", "600"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    return _supervising("--ends-with", (url,), "mapper", pid_file)
 
 
 def test_a_service_that_maps_a_peer_that_is_gone_is_ended_as_a_crash() -> None:
