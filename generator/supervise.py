@@ -37,7 +37,7 @@ one, so after that decoder restarts every send to it fails. When a peer's
 and starts again with fresh connections.
 
 With ``--ends-with URL`` (a GPU process that maps a peer's GPU memory over CUDA IPC on one
-host: a NIXL pusher the decoders' KV, an `lmcache server` its engine's) it does the same, and
+host: a NIXL pusher the decoders' KV blocks) it does the same, and
 also ends the command once that peer, seen before, refuses connections twice in a row: the
 mapping keeps the dead peer's GPU memory taken until this process exits, so the peer cannot
 start again before it does (measured on an H200: 41.87 of 139.8 GiB free at each restart).

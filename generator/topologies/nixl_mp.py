@@ -219,11 +219,12 @@ class NixlMP:
         # The engine that moves the bytes maps its peers' KV (push: the prefiller WRITEs into
         # the decoders; pull: the decoder READs from the prefillers). Measured on one H200: a
         # killed decoder could not start again while its prefiller lived (41.87 GiB free).
+        # Not the engine's `lmcache server`, though it copies KV to and from the engine's GPU
+        # memory too: on the H200 the killed decoder's 40 GiB moved onto the prefiller, not onto
+        # the server, and a server restarted with its engine would lose its L1's KV.
         push = _settings(plan).transfer == "push"
         movers, targets = (plan.prefill, plan.decode) if push else (plan.decode, plan.prefill)
-        # And each `lmcache server` copies KV to and from its engine's GPU memory (CUDA IPC).
-        servers = {s.service: (s.engine,) for s in plan.sidecars if s.engine is not None}
-        return cuda_ipc_peers(plan, movers, targets) | servers
+        return cuda_ipc_peers(plan, movers, targets)
 
     def verdict_sources(self, plan: Plan) -> VerdictSources:
         # pull: the decoder READs from the prefiller (ucp_get); push: the prefiller WRITEs into
