@@ -5,6 +5,7 @@
 #
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR [up|bench|both]
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR fault [FAULT]
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR probe
 #
 # STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
 # (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
@@ -17,6 +18,10 @@
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
 # `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, 50 s of load;
 # its `up` gives the verdict first), then down.
+# `probe`: NIXL alone, two processes on GPU 0 (generator/kvprobe/nixl_kv_probe.py, run with
+# ENGINE_PY; STACK, ROUTER_PY and MODEL_DIR unused): 1 GiB WRITEs as one descriptor and as
+# 32, 128 and 512 KiB ones, with no UCX worker threads and with vLLM's 4; a JSON line each
+# (docs/facts.md, "Two processes on ONE GPU").
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 python=${PYTHON:-python3}
@@ -35,6 +40,21 @@ settings=(
     --set 'hf={}'  # a local model: no token, no hub
 )
 status=0
+if [ "$what" = probe ]; then
+    probe=generator/kvprobe/nixl_kv_probe.py port=5790
+    for threads in 0 4; do
+        for block in 0 32 128 512; do
+            port=$((port + 1))
+            "$engine_python" "$probe" serve --listen "127.0.0.1:$port" --device cuda \
+                --size-mib 1024 --timeout-s 120 >/dev/null &
+            sleep 1
+            "$engine_python" "$probe" run --peer "127.0.0.1:$port" --device cuda --size-mib 1024 \
+                --block-kib "$block" --threads "$threads" --timeout-s 120 || status=1
+            wait
+        done
+    done
+    exit "$status"
+fi
 if [ "$what" = fault ]; then
     "$python" -m generator bench "$stack" "${settings[@]}" --fault "$fault" --fault-duration-s 50 \
         --run-id "gpu-fault-$stack" || status=1
