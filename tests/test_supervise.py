@@ -324,14 +324,20 @@ def test_an_engine_never_registered_is_left_alone() -> None:
     """Before the engine registers (it loads for minutes), an empty list is no restart."""
     store = _Store()
     store.registered = []
-    process = _watched(store.url)
     try:
-        time.sleep(1.5)
+        _still_running_after(_watched(store.url), 1.5)
+    finally:
+        store.close()
+
+
+def _still_running_after(process: subprocess.Popen[str], seconds: float) -> None:
+    """The supervised command is not ended within ``seconds``; then it is stopped."""
+    try:
+        time.sleep(seconds)
         assert process.poll() is None
     finally:
         process.terminate()
         process.communicate(timeout=30)
-        store.close()
 
 
 class _Peer(_Page):
@@ -467,13 +473,7 @@ def test_a_mapped_peer_never_seen_is_no_reason() -> None:
     peer = _Peer()
     url = peer.url
     peer.close()
-    process = _mapping(url)
-    try:
-        time.sleep(1.5)
-        assert process.poll() is None
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
+    _still_running_after(_mapping(url), 1.5)
 
 
 @pytest.mark.parametrize(

@@ -359,6 +359,10 @@ class Endpoint:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
+    @property
+    def mem_type(self) -> str:
+        return "VRAM" if self.device == "cuda" else "DRAM"
+
     def offer(self) -> dict[str, Any]:
         """What the peer needs to reach this buffer."""
         return {
@@ -366,7 +370,7 @@ class Endpoint:
             "addr": self.buffer.data_ptr(),
             "bytes": self.buffer.numel(),
             "dev_id": max(self.buffer.get_device(), 0),
-            "mem_type": "VRAM" if self.device == "cuda" else "DRAM",
+            "mem_type": self.mem_type,
         }
 
     def close(self) -> None:
@@ -386,8 +390,8 @@ def timed_transfers(
     """Seconds per transfer of the whole buffer (in descriptors of ``block`` bytes), after one
     untimed warm-up."""
     agent = side.agent
-    mine = (side.buffer.data_ptr(), max(side.buffer.get_device(), 0), side.offer()["mem_type"])
-    local = agent.get_xfer_descs(blocks(mine[0], nbytes, block, mine[1]), mine[2])
+    mine = blocks(side.buffer.data_ptr(), nbytes, block, max(side.buffer.get_device(), 0))
+    local = agent.get_xfer_descs(mine, side.mem_type)
     theirs = blocks(peer["addr"], nbytes, block, peer["dev_id"])
     remote = agent.get_xfer_descs(theirs, peer["mem_type"])
     handle = agent.initialize_xfer(op, local, remote, peer["name"])
@@ -466,8 +470,8 @@ def _hold(side: Endpoint, channel: Channel, report: dict[str, Any]) -> None:
 def measure(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """The initiator's work; runs in the child that ``run`` starts (see the module docstring)."""
     deadline = time.monotonic() + args.timeout_s
-    report |= {"bytes": size_bytes(args), "iters": args.iters, "block_kib": args.block_kib}
-    report["threads"] = args.threads
+    report |= {"bytes": size_bytes(args), "iters": args.iters}
+    report |= {"block_kib": args.block_kib, "threads": args.threads}
     side = Endpoint(args.device, size_bytes(args), RUN_SEED, "run", args.threads)
     report["device"] = describe_device(args.device)
     channel = connect(args.peer, deadline)

@@ -95,6 +95,14 @@ class Reply:
             raise self.origin.error(f"sent {shown} as {key!r}, not a {kind.__name__}")
         return value
 
+    def number(self, key: str) -> float:
+        """``body[key]``, an int or a float (never a bool), as a float."""
+        value = self.body.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            shown = type(value).__name__ if key in self.body else "nothing"
+            raise self.origin.error(f"sent {shown} as {key!r}, not a number")
+        return float(value)
+
     def part(self, key: str) -> Reply:
         """The object under ``key``, read the same way."""
         return Reply(self.require(key, dict), self.origin)

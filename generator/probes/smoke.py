@@ -159,12 +159,10 @@ def l1_state(storage: Reply) -> L1State:
     l1 = storage.part("l1_manager")
     eviction = storage.body.get("l1_eviction_controller")
     watermark = eviction.get("trigger_watermark") if isinstance(eviction, dict) else None
-    usage = l1.body.get("memory_usage_ratio")
-    if not isinstance(usage, int | float) or isinstance(usage, bool):
-        raise l1.origin.error(f"sent {usage!r} as 'memory_usage_ratio', not a number")
+    watermark = None if isinstance(watermark, bool) else watermark
     return L1State(
         objects=l1.require("total_object_count", int),
-        usage=float(usage),
+        usage=l1.number("memory_usage_ratio"),
         watermark=float(watermark) if isinstance(watermark, int | float) else None,
     )
 

@@ -25,6 +25,7 @@ from generator.services.model import (
     Secret,
     Service,
     Volume,
+    watched_pages,
 )
 from generator.spec import GpuAccess
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
@@ -148,9 +149,7 @@ def _command(service: Service) -> list[str]:
     as a failure: Docker's bounded policy (on-failure:N) restarts only those."""
     if not service.max_restarts:
         return list(service.command)
-    peers = [peer.metrics_url for peer in service.restarts_with if not peer.maps_memory]
-    mapped = [peer.metrics_url for peer in service.restarts_with if peer.maps_memory]
-    watch = watch_options(service.registered_at, peers, mapped)
+    watch = watch_options(service.registered_at, *watched_pages(service.restarts_with))
     return ["python3", SUPERVISOR_IN_IMAGE, *watch, service.name, "--", *service.command]
 
 

@@ -31,6 +31,7 @@ from generator.services.model import (
     Secret,
     Service,
     TmpfsMount,
+    watched_pages,
 )
 
 __all__ = [
@@ -134,6 +135,7 @@ def _project(deployment: Deployment, host: HostServices) -> ProcessProject:
 def _service(host: HostServices, service: Service) -> ProcessService:
     paths = _path_table(host, service)
     health = service.health
+    restarts_with, ends_with = watched_pages(service.restarts_with)
     return ProcessService(
         name=service.name,
         role=service.role,
@@ -157,8 +159,8 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         paths=paths,
         max_restarts=service.max_restarts,
         registered_at=service.registered_at,
-        restarts_with=tuple(p.metrics_url for p in service.restarts_with if not p.maps_memory),
-        ends_with=tuple(p.metrics_url for p in service.restarts_with if p.maps_memory),
+        restarts_with=restarts_with,
+        ends_with=ends_with,
     )
 
 

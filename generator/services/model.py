@@ -8,6 +8,7 @@ checkout) unless absolute: a serializer writes them relative to where its files 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import PurePosixPath
@@ -39,6 +40,7 @@ __all__ = [
     "TmpfsMount",
     "Ulimit",
     "Volume",
+    "watched_pages",
 ]
 
 
@@ -133,6 +135,13 @@ class PeerWatch:
     service: str
     metrics_url: str  # reachable from the service's own network
     maps_memory: bool = False
+
+
+def watched_pages(watches: Sequence[PeerWatch]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The pages the supervisor watches for a new start (``--restarts-with``), and those of
+    the peers whose GPU memory the service maps (``--ends-with``)."""
+    restarts = tuple(w.metrics_url for w in watches if not w.maps_memory)
+    return restarts, tuple(w.metrics_url for w in watches if w.maps_memory)
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def engine_service(
 def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
     """The engines whose restart leaves ``name`` talking to a process that is gone (the
     topology's ``stale_after``: an lmcache-pd prefiller's decoders), and those whose GPU memory
-    it maps (``maps_memory_of``: a NIXL pusher's decoders, a server's engine). Peers that go
+    it maps (``maps_memory_of``: a NIXL pusher's decoders). Peers that go
     stale on each other (P2P servers) are left to `up`: watching each other they would
     restart each other in turn."""
     topology = topology_of(plan)
@@ -171,7 +171,6 @@ def lmcache_service(
         env=env,
         health=health,
         depends_on=_healthy(stack),
-        restarts_with=_peer_watches(plan, sidecar.service),
         max_restarts=plan.recovery.max_restarts,
     )
 
