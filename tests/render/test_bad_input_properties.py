@@ -32,6 +32,7 @@ from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
+from generator.serializers.yaml_text import dump_yaml
 from generator.stack import load_spec, parse_spec
 from tests.tools import compose_cli, hadolint
 
@@ -278,7 +279,9 @@ def check_compose(
         [(prefix, folder, text) for prefix, folder, text, _ in projects], scratch=tmp_path
     )
     path = tmp_path / "merged.yaml"
-    path.write_text(yaml.safe_dump(merged, sort_keys=False, width=100_000))
+    # Written as the renderer writes compose text: PyYAML's own dump leaves "09" or "1e5" bare,
+    # which compose (YAML 1.2) reads back as a number.
+    path.write_text(dump_yaml(merged))
     env = {**os.environ, CANARY: "LEAKED", "X": "LEAKED"}
     result = subprocess.run(
         [*compose_cli(), "-f", str(path), "--profile", "bench", "config", "--format", "json"],
