@@ -22,6 +22,7 @@ from generator.errors import ProbeError
 __all__ = [
     "Answer",
     "MetricSamples",
+    "NetworkNames",
     "Origin",
     "ProbeClient",
     "Reply",
@@ -247,3 +248,33 @@ def metric_sum(samples: MetricSamples, name: str, labels: Mapping[str, str] | No
         for (sample, sample_labels), value in samples.items()
         if sample == name and wanted <= set(sample_labels)
     )
+
+
+_LOOPBACK = ("127.0.0.1", "localhost")
+
+
+class NetworkNames(httpx.BaseTransport):
+    """Sends a request for a loopback port to that port's owner by its name on the network:
+    the probes dial a bridge stack's ports on loopback, as ``up`` reaches them published; a
+    probe inside the network (the Kubernetes verdict Job) reaches each owner by name."""
+
+    def __init__(self, names: Mapping[int, str], inner: httpx.BaseTransport | None = None):
+        self.names, self.inner = dict(names), inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        name = self.names.get(url.port) if url.host in _LOOPBACK and url.port else None
+        if name is not None:
+            headers = httpx.Headers(request.headers)
+            headers["host"] = f"{name}:{url.port}"
+            request = httpx.Request(
+                request.method,
+                url.copy_with(host=name),
+                headers=headers,
+                stream=request.stream,
+                extensions=request.extensions,
+            )
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()

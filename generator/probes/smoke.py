@@ -40,6 +40,8 @@ ReadInside = Callable[[str, str], str]
 
 _SOURCE = "vllm:prompt_tokens_by_source_total"
 _SMOKE_REQUESTS = 2  # a completion and a streaming chat completion
+# Where the verdict runs outside the services' containers (a pod of the cluster's export).
+_INSIDE_ONLY = "not read: its API answers inside its own container only"
 
 
 def run_smoke(
@@ -47,15 +49,16 @@ def run_smoke(
     *,
     nonce: str,
     timeout_s: float = 180.0,
-    read_inside: ReadInside,
+    read_inside: ReadInside | None,
     logs: Callable[[list[str]], str] | None = None,
     transport: Transport | None = None,
     down: Collection[str] = (),
 ) -> SmokeResult:
     """``read_inside(service, url)`` is the body of a GET of ``url`` made inside that
-    service's container; ``logs(services)`` those services' logs (where UCX names its
-    transport); ``transport`` replaces the network (unit tests: recorded pages); ``down``
-    names services that are down now: the engines they take out are left out."""
+    service's container (None: no way in, as from another pod: what only it can read is left
+    unjudged); ``logs(services)`` those services' logs (where UCX names its transport);
+    ``transport`` replaces the network (unit tests: recorded pages); ``down`` names services
+    that are down now: the engines they take out are left out."""
     plan, left_out = serving_view(plan, down)
     sources = topology_of(plan).verdict_sources(plan)
     if sources is None:  # no KV moves: the colocated verdict
@@ -95,11 +98,17 @@ def run_smoke(
 
 
 def _p2p_rows(
-    plan: Plan, client: ProbeClient, sources: VerdictSources, nonce: str, read_inside: ReadInside
+    plan: Plan,
+    client: ProbeClient,
+    sources: VerdictSources,
+    nonce: str,
+    read_inside: ReadInside | None,
 ) -> list[VerdictRow]:
     """lmcache.p2p's rows, after the smoke's requests (a prompt of their size, its own)."""
     if not sources.p2p_servers:
         return []
+    if read_inside is None:
+        return [VerdictRow("lmcache.p2p", _INSIDE_ONLY, "-", None, "info")]
     engines = {engine.name: engine for engine in plan.engines}
     servers = tuple(
         P2PServer(engines[e], service, port) for e, service, port in sources.p2p_servers
@@ -143,10 +152,12 @@ class L1State:
 
 
 def _lmcache_objects(
-    plan: Plan, sources: VerdictSources, read_inside: ReadInside
-) -> dict[str, L1State]:
+    plan: Plan, sources: VerdictSources, read_inside: ReadInside | None
+) -> dict[str, L1State] | None:
     """Each LMCache server's L1: its HTTP API listens on its host's loopback (it shows the
-    server's environment), so it is read from inside the server's container."""
+    server's environment), so it is read from inside the server's container (None: no way in)."""
+    if read_inside is None:
+        return None if sources.object_stores else {}
     states: dict[str, L1State] = {}
     for service, port in sources.object_stores:
         url = f"http://127.0.0.1:{port}/status"
@@ -234,8 +245,10 @@ def _stickiness_row(
     )
 
 
-def lmcache_row(before: dict[str, L1State], after: dict[str, L1State]) -> VerdictRow:
+def lmcache_row(before: dict[str, L1State] | None, after: dict[str, L1State] | None) -> VerdictRow:
     check, expected = "LMCache objects stored", "prefill side > 0"
+    if before is None or after is None:
+        return VerdictRow(check, _INSIDE_ONLY, expected, None, "info")
     if not before:
         return VerdictRow(check, "no LMCache server in this topology", "-", None)
     grown = {name: after[name].objects - before[name].objects for name in before}

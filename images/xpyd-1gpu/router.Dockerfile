@@ -36,4 +36,6 @@ COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/opt/xpyd \
     PYTHONUNBUFFERED=1
+# The lock holds what these import: the P/D proxy, and the verdict a Kubernetes Job runs.
+RUN ["python3", "-c", "import generator.proxy.__main__, generator.probes.in_cluster"]
 CMD ["vllm-router", "--help"]

@@ -25,6 +25,7 @@ from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.probes import run_smoke
 from generator.probes.http import read_here
+from generator.render import render_stack
 from generator.stack import load_spec
 from tests.conftest import cpu_1p1d_image
 from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states, workspace_copy
@@ -172,6 +173,49 @@ def test_second_up_is_idempotent(stack_up: dict[str, Any]) -> None:
     after = {s.service: s.container for s in project_states(ROOT, STACK, PROJECT)}
     assert after == before
     assert "verdict: PASS" in result.stdout
+
+
+def test_the_kubernetes_verdict_job_passes_from_a_container_on_the_stacks_network(
+    stack_up: dict[str, Any], tmp_path: Path
+) -> None:
+    """What the export's verdict Job runs (generator/probes/in_cluster.py), as its pod runs
+    it: in the router's image, with the plan and the port -> name book mounted read-only, on
+    the stack's own network (services by name, as a cluster's Services name pods), with no
+    way into the other containers. The stand-in is the cluster only: Docker's bridge for the
+    pod network; engines, router and verdict are real."""
+    import subprocess
+
+    from generator.serializers.kubernetes.verdict import network_names
+
+    workspace = Workspace(ROOT)
+    plan = make_plan(load_spec(workspace.stack_file(STACK)))
+    deployment = render_stack(plan, workspace).deployment
+    (tmp_path / "plan.json").write_text(plan.model_dump_json(), encoding="utf-8")
+    names = {str(port): name for port, name in network_names(plan, deployment).items()}
+    (tmp_path / "addresses.json").write_text(json.dumps(names), encoding="utf-8")
+    listed = subprocess.run(
+        ["docker", "network", "ls", "--format", "{{.Name}}",
+         "--filter", f"label=com.docker.compose.project={PROJECT}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert len(listed) == 1, listed
+    result = subprocess.run(
+        ["docker", "run", "--rm", "--network", listed[0],
+         "-v", f"{tmp_path}:/etc/xpyd/verdict:ro", cpu_1p1d_image("router"),
+         "python3", "-m", "generator.probes.in_cluster", "--plan", "/etc/xpyd/verdict/plan.json",
+         "--addresses", "/etc/xpyd/verdict/addresses.json", "--ready-within-s", "120"],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "verdict: PASS" in result.stdout
+    verdict = json.loads(result.stdout.strip().splitlines()[-1])
+    rows = {row["check"]: row for row in verdict["rows"]}
+    assert int(rows["prompt tokens from prefill (decode: external_kv_transfer)"]["observed"]) > 0
+    assert rows["prompt tokens computed on decode (local_compute)"]["observed"] == "0"
+    assert int(rows["NIXL bytes transferred"]["observed"]) > 0
+    assert rows["router stamps prefill/decode pair"]["passed"] is True
+    lmcache = rows["LMCache objects stored"]  # its API answers on its own loopback only
+    assert (lmcache["mark"], lmcache["observed"].startswith("not read")) == ("info", True)
 
 
 def test_bench_task_runs_vllms_serving_benchmark(stack_up: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from generator.serializers.kubernetes.checks import (
     CHECKS,
+    config_maps_fit,
     gpu_counts,
     names_valid,
     no_secret_values,
@@ -126,6 +127,14 @@ def _cuda_devices_miscounted(objects: list[Obj]) -> None:
     next(e for e in env if e["name"] == "CUDA_VISIBLE_DEVICES")["value"] = "0"
 
 
+def _plan_over_a_mebibyte(objects: list[Obj]) -> None:
+    _one(objects, "ConfigMap", "verdict-plan")["data"]["plan.json"] += " " * (1 << 20)
+
+
+def _verdict_plan_missing(objects: list[Obj]) -> None:
+    objects.remove(_one(objects, "ConfigMap", "verdict-plan"))
+
+
 BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
     ("selectors_match", selectors_match, "cpu-1p1d", _service_selects_nothing, "matches no pod"),
     (
@@ -145,12 +154,14 @@ BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
     ("names_valid", names_valid, "cpu-1p1d", _port_name_too_long, "IANA"),
     ("references_exist", references_exist, "cpu-lmcache-pd", _config_map_missing, "ConfigMap"),
     ("references_exist", references_exist, "cpu-1p1d", _claim_missing, "claim"),
+    ("references_exist", references_exist, "cpu-1p1d", _verdict_plan_missing, "verdict-plan"),
     ("references_exist", references_exist, "cpu-1p1d", _unknown_secret, "'my-keys'"),
     ("no_secret_values", no_secret_values, "xpyd", _secret_with_data, "secret values"),
     ("no_secret_values", no_secret_values, "xpyd", _token_as_a_value, "HF_TOKEN"),
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpus_not_tp, "TP size is 2"),
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpu_requests_differ_from_limits, "differ"),
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _cuda_devices_miscounted, "CUDA_VISIBLE"),
+    ("config_maps_fit", config_maps_fit, "cpu-1p1d", _plan_over_a_mebibyte, "1 MiB"),
 ]
 
 

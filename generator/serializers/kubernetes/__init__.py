@@ -68,7 +68,9 @@ def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
         "resources": [str(path) for path in sorted(base)],
         "images": _images(workloads),
         "replicas": [
-            {"name": o["metadata"]["name"], "count": o["spec"]["replicas"]} for o in workloads
+            {"name": o["metadata"]["name"], "count": o["spec"]["replicas"]}
+            for o in workloads
+            if "replicas" in o["spec"]  # a Job has none
         ],
     }
 

@@ -30,12 +30,13 @@ from generator.serializers.kubernetes.pods import (
 
 __all__ = ["CHECKS", "Check", "check_objects"]
 
-_WORKLOADS: Final = ("StatefulSet", "Deployment")
+_WORKLOADS: Final = ("StatefulSet", "Deployment", "Job")
 _USER_SECRETS: Final = (HF_TOKEN_SECRET, HF_TOKEN_ENV_SECRET, ENV_SECRET)
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY", re.IGNORECASE)
 _WHERE = re.compile(r"_(PATH|FILE|DIR)$")
 _SIDE_CHANNEL = re.compile(r"nixl-side(?:-(\d+))?")
 _SIDE_CHANNEL_ENV: Final = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+_CONFIG_MAP_MAX_BYTES: Final = 1 << 20
 
 Obj = dict[str, Any]
 
@@ -91,7 +92,7 @@ def _selectors(obj: Obj) -> Mapping[str, str] | None:
     kind = obj.get("kind")
     if kind == "Service":
         return dict(obj["spec"].get("selector", {}))
-    if kind in (*_WORKLOADS, "PodMonitor"):
+    if kind in (*_WORKLOADS, "PodMonitor") and "selector" in obj["spec"]:  # a Job: made for it
         return dict(obj["spec"]["selector"].get("matchLabels", {}))
     return None
 
@@ -258,6 +259,15 @@ def _gpus_of(container: Obj) -> tuple[int, str | None]:
     return int(limits or 0), None
 
 
+def config_maps_fit(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    """The API server refuses a ConfigMap over 1 MiB (the plan of a very large stack)."""
+    for obj in objects:
+        if obj.get("kind") == "ConfigMap":
+            size = sum(len(k) + len(v.encode()) for k, v in obj.get("data", {}).items())
+            if size > _CONFIG_MAP_MAX_BYTES:
+                yield f"{_where(obj)}: {size} bytes, over Kubernetes' 1 MiB for a ConfigMap"
+
+
 CHECKS: tuple[Check, ...] = (
     selectors_match,
     ports_declared,
@@ -266,4 +276,5 @@ CHECKS: tuple[Check, ...] = (
     references_exist,
     no_secret_values,
     gpu_counts,
+    config_maps_fit,
 )

@@ -6,7 +6,8 @@ coordinator). Every name a service is reached by on the compose bridge is a head
 here that publishes not-ready pods too: a peer dials an engine's sockets while it starts (its
 `lmcache server`, its KV receiver). A headless Service per role lists the role's pods; the
 router's Service is the stack's front door. Services the cluster brings itself (Prometheus,
-Grafana: see monitoring.py) and one-off runs (bench) are left out.
+Grafana: see monitoring.py) and one-off runs (bench) are left out; the smoke verdict is a Job
+(verdict.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from generator.serializers.kubernetes.naming import (
     port_name,
 )
 from generator.serializers.kubernetes.pods import PodOptions, PodPart, pod_spec
+from generator.serializers.kubernetes.verdict import verdict_objects
 from generator.serializers.yaml_text import dump_yaml
 from generator.services.model import ConfigFile, Deployment, Service, Volume
 
@@ -90,6 +92,7 @@ def stack_objects(
         PurePosixPath("engines.yaml"): engines,
         PurePosixPath("shared.yaml"): shared,
         PurePosixPath("router.yaml"): [workloads[router]],
+        PurePosixPath("verdict.yaml"): verdict_objects(plan, deployment),
     }
     if _claims(workloads.values(), options.model_cache_claim):
         files[PurePosixPath("storage.yaml")] = [_model_cache_claim(options)]
