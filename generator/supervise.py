@@ -25,9 +25,10 @@ killed before it starts again.
 
 With ``--needs-registered URL`` (a nixl-mp engine: its LMCache server's /status) it also
 watches the engine's KV store: an engine registers its KV buffers with its `lmcache server`
-once, at start, so a server that restarted answers without it (``registered_gpu_ids`` and
-``registered_non_cuda_instance_ids`` empty) and every request to the engine hangs. Once the
-engine was seen registered, two such answers in a row make the supervisor end the command as
+once, at start, so a server that restarted answers without it (its instance id missing from
+``registered_gpu_ids`` and ``registered_non_cuda_instance_ids``) and every request to the
+engine hangs. Once the engine was seen registered (an id the store did not list at the
+watch's first answer), two answers in a row without it make the supervisor end the command as
 a crash (exit 1, with a line saying why), and the runtime's policy starts it again.
 
 With ``--restarts-with URL`` (an lmcache-pd prefiller: each decoder's /metrics) it watches a
@@ -122,6 +123,7 @@ _MAX_RESTARTS = 1000
 # and how many answers without the engine in a row end it.
 _WATCH_EVERY_S, _WATCH_EVERY_BOUNDS_S = 5.0, (0.05, 3600.0)
 _WATCH_MISSES = 2
+_MANY_IDS = 4096  # engines a store may list (bounded: the answer is read like input)
 _STATUS_MAX_BYTES = 4 << 20  # a /status larger than this is not one to trust: unparsable
 _RECORD_MAX_BYTES = 4096
 _RESTARTING = "restarting ("  # its announcement of the next run: "SERVICE restarting (1 of 5)"
@@ -613,15 +615,18 @@ class _Supervisor:
         return not self.asked
 
 
-def registered_at(url: str) -> bool | None:
-    """Whether the LMCache server's /status at ``url`` lists any engine (None: no answer)."""
+def registrations_at(url: str) -> frozenset[str] | None:
+    """The engine instances the LMCache server's /status at ``url`` lists (None: no answer)."""
     try:
         with urllib.request.urlopen(url, timeout=5) as answer:
             status = json.loads(answer.read(_STATUS_MAX_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
+    if not isinstance(status, dict):
+        return None
     keys = ("registered_gpu_ids", "registered_non_cuda_instance_ids")
-    return any(status.get(key) for key in keys) if isinstance(status, dict) else None
+    lists = [status.get(key) for key in keys]
+    return frozenset(str(i) for ids in lists if isinstance(ids, list) for i in ids[:_MANY_IDS])
 
 
 class _Watch(Protocol):
@@ -631,18 +636,30 @@ class _Watch(Protocol):
 
 
 class _Registration:
-    """Two answers in a row without the engine registered, after it was seen registered (a
-    store that does not answer may be restarting: wait)."""
+    """Two answers in a row without this run's engine registered, after it was seen
+    registered (a store that does not answer may be restarting: wait). What the store listed
+    at the first answer is an earlier run's engine (this one registers seconds to minutes
+    after its start): the server keeps a killed engine listed until it reaps it (LMCache's
+    ``--worker-reap-timeout-seconds``), and that reap is no loss of this run's registration
+    (on an H100 it ended a restarted prefiller that was about to start)."""
 
     def __init__(self, url: str) -> None:
-        self.url, self.seen, self.misses = url, False, 0
+        self.url, self.misses = url, 0
+        self.inherited: frozenset[str] | None = None
+        self.own: set[str] = set()
 
     def look(self) -> str | None:
-        registered = registered_at(self.url)
-        if registered:
-            self.seen, self.misses = True, 0
-        elif registered is not None and self.seen:
-            self.misses += 1
+        listed = registrations_at(self.url)
+        if listed is None:
+            return None
+        if self.inherited is None:
+            self.inherited = listed
+        if not self.own:  # this run's engine: the first id the store lists anew
+            self.own = set(listed - self.inherited)
+        if not self.own or listed & self.own:
+            self.misses = 0
+            return None
+        self.misses += 1
         if self.misses < _WATCH_MISSES:
             return None
         return f"lost its registration at {self.url} (the store restarted)"

@@ -279,7 +279,7 @@ class _Store(_Page):
     kill:lmcache-decode-0)."""
 
     def __init__(self) -> None:
-        self.registered: list[int] | None = [7]  # None: does not answer
+        self.registered: list[int] | None = []  # None: does not answer
         super().__init__("/status")
 
     def body(self) -> str | None:
@@ -307,6 +307,8 @@ def test_an_engine_whose_store_lost_it_is_ended_as_a_crash() -> None:
     store = _Store()
     process = _watched(store.url)
     try:
+        time.sleep(0.6)
+        store.registered = [7]  # the engine registers (seconds after its start)
         time.sleep(1.0)  # seen registered
         store.registered = None  # the store restarts: no answer is no reason
         time.sleep(1.0)
@@ -328,6 +330,34 @@ def test_an_engine_never_registered_is_left_alone() -> None:
         _still_running_after(_watched(store.url), 1.5)
     finally:
         store.close()
+
+
+def test_an_earlier_engines_registration_reaped_is_no_loss() -> None:
+    """A killed engine stays listed until its server reaps it (LMCache's worker reaper, 120 s
+    by default): listed at the watch's first answer, it is not this run's engine, and its reap
+    (before or after this run's engine registers) ends nothing. On an H100 it ended the
+    restarted prefiller that the reap had just made room for."""
+    store = _Store()
+    store.registered = [3]  # the engine killed before this run: not reaped yet
+    process = _watched(store.url)
+    try:
+        time.sleep(0.6)
+        store.registered = []  # reaped before this run's engine registers
+        time.sleep(0.8)
+        store.registered = [7]  # this run's engine
+        time.sleep(0.8)
+        assert process.poll() is None
+        store.registered = [3, 7]  # (as if both were listed) and the earlier one reaped again
+        time.sleep(0.4)
+        store.registered = [7]
+        time.sleep(0.8)
+        assert process.poll() is None
+        store.registered = [9]  # a store that restarted lists another engine only: ours is lost
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        store.close()
+    assert f"watched lost its registration at {store.url}" in stderr
 
 
 def _still_running_after(process: subprocess.Popen[str], seconds: float) -> None:
