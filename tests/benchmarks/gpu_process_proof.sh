@@ -24,6 +24,9 @@
 # (docs/facts.md, "Two processes on ONE GPU").
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
+# The spec takes absolute paths; -s keeps a venv's python link (resolved, it leaves the venv).
+engine_python=$(realpath -s "$engine_python") router_python=$(realpath -s "$router_python")
+model=$(realpath -s "$model")
 python=${PYTHON:-python3}
 # CUDA graphs, as vLLM runs by default and users run it; EAGER=1 measures --enforce-eager.
 eager=''
