@@ -18,6 +18,7 @@ from generator.errors import StackError
 from generator.probes.http import NetworkNames
 from generator.probes.in_cluster import EXIT_NOT_READY, load_addresses, load_plan, main
 from tests.render.test_kubernetes import cluster_objects, exported
+from tests.render.test_shipped_stacks import SHIPPED
 
 Obj = dict[str, Any]
 
@@ -129,3 +130,18 @@ def test_a_stack_that_never_answers_ends_not_ready(
     )
     assert status == EXIT_NOT_READY
     assert "was not ready after" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_every_port_the_verdict_dials_has_its_owner_in_the_book(stack: str, tmp_path: Path) -> None:
+    """Each engine's HTTP and NIXL telemetry port and the router's: a port two hosts share
+    (a multi-host stack's side channels) is left out of the book, and must not be one of them."""
+    plan, _ = exported(stack)
+    names = load_addresses(_verdict_files(stack, tmp_path)[1])
+    dialled = {plan.router.port: plan.router.service}
+    for engine in plan.engines:
+        dialled[engine.http_port] = engine.name
+        telemetry = getattr(engine.kv, "nixl_telemetry_port", None)
+        if telemetry is not None:
+            dialled[telemetry] = engine.name
+    assert {port: names.get(port) for port in dialled} == dialled
