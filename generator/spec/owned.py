@@ -102,6 +102,7 @@ LMCACHE_SERVER_FLAGS: Mapping[str, str] = {
     "--chunk-size": "lmcache.chunk_size",
     "--instance-id": "the engine's name (set by the planner)",
     "--supported-transfer-mode": "lmcache.server.supported_transfer_mode",
+    "--worker-reap-timeout-seconds": "the tool (30 s on GPUs: a killed engine's KV freed sooner)",
     "--coordinator-url": "lmcache.p2p (the planner runs the coordinator)",
     "--coordinator-advertise-ip": "lmcache.p2p (each server advertises its service address)",
     "--p2p-advertise-url": "lmcache.p2p and ports.lmcache_p2p",
