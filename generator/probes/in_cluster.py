@@ -12,8 +12,8 @@ its log) is left unjudged and says so: a pod cannot exec into another without RB
 kubectl. Prints the verdict as text and one JSON line (``kubectl logs job/verdict``); the exit
 status is 0 for PASS, 1 for FAIL, 2 when the stack was not ready in time or the plan is bad.
 
-It imports pydantic, httpx, PyYAML and tenacity only (the router image's lock has them): no
-Docker, no rich, no typer.
+It imports pydantic, httpx, prometheus_client, PyYAML and tenacity only (the router image's lock
+has them, and its build imports this module): no Docker, no rich, no typer.
 """
 
 from __future__ import annotations
