@@ -69,6 +69,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _read_bounded(option: str, path: Path) -> bytes:
+    """Not ``owned.read_bounded``: that refuses a link, and each key of a mounted ConfigMap is
+    a link into the volume's ``..data`` folder. Only read, never written."""
     try:
         with path.open("rb") as file:
             data = file.read(_PLAN_MAX_BYTES + 1)

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from generator.errors import RenderError
 from generator.paths import Workspace
@@ -48,7 +49,9 @@ def test_strings_a_yaml_12_reader_would_take_for_numbers_stay_strings(
     workspace: Workspace, tmp_path: Path
 ) -> None:
     """PyYAML writes "09" bare (not an octal in YAML 1.1); compose reads it as a float."""
-    numbers = ["09", "1e5", "2024-1-2", "+inf", "0o17", "1_000", ".5", "TRUE"]
+    numbers = ["09", "1e5", "2024-1-2", "+inf", "0o17", "1_000", ".5", "TRUE", "0:9", "0x1F",
+               "-0.5e-3", ".nan", "null", "~", "2024-01-02T03:04:05"]  # fmt: skip
+    assert "- 09\n" in yaml.safe_dump(numbers)  # why dump_yaml quotes: PyYAML leaves it bare
     spec = load_spec(
         workspace.stack_file("cpu-1p1d"),
         [f"decode.extra_args={json.dumps(numbers)}", "decode.env={MY_VAR: '08'}"],
