@@ -170,6 +170,7 @@ def lmcache_service(
         service,
         env=env,
         health=health,
+        restarts_with=_peer_watches(plan, sidecar.service),  # on a GPU: it maps its engine's KV
         depends_on=_healthy(stack),
         max_restarts=plan.recovery.max_restarts,
     )

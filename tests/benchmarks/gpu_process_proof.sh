@@ -16,8 +16,9 @@
 # python3). As root the engines run in their containers' view (process.isolation: container).
 # EAGER=1: engines in eager mode (--enforce-eager) instead of CUDA graphs.
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
-# `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, 50 s of load;
-# its `up` gives the verdict first), then down.
+# `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, FAULT_S of
+# load, default 150: the goal is the stack whole again within 120 s; its `up` gives the verdict
+# first), then down.
 # `probe`: NIXL alone, two processes on GPU 0 (generator/kvprobe/nixl_kv_probe.py, run with
 # ENGINE_PY; STACK, ROUTER_PY and MODEL_DIR unused): 1 GiB WRITEs as one descriptor and as
 # 32, 128 and 512 KiB ones, with no UCX worker threads and with vLLM's 4; a JSON line each
@@ -59,7 +60,7 @@ if [ "$what" = probe ]; then
     exit "$status"
 fi
 if [ "$what" = fault ]; then
-    "$python" -m generator bench "$stack" "${settings[@]}" --fault "$fault" --fault-duration-s 50 \
+    "$python" -m generator bench "$stack" "${settings[@]}" --fault "$fault" --fault-duration-s "${FAULT_S:-150}" \
         --run-id "gpu-fault-$stack" || status=1
     "$python" -m generator down "$stack"
     exit "$status"

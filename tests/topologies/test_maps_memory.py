@@ -1,7 +1,8 @@
 """Who maps whose GPU memory over CUDA IPC, and the supervisor watches that follow: a process
 that maps a peer's GPU memory keeps it taken after the peer dies (a killed decoder on one H200
-found 41.87 of 139.8 GiB free at each restart and gave up), so the mapper ends once the peer
-is gone. What the watch itself does is in tests/test_supervise.py."""
+found 41.87 of 139.8 GiB free at each restart and gave up; on one H100 the engines' own
+`lmcache server`s held 15.02 GiB each), so the mapper ends once the peer is gone. What the
+watch itself does is in tests/test_supervise.py."""
 
 from __future__ import annotations
 
@@ -26,16 +27,21 @@ def maps(workspace: Workspace, stack: str, *overrides: str) -> dict[str, tuple[s
     return topology_of(plan).maps_memory_of(plan)
 
 
-def test_a_nixl_pusher_maps_its_decoders(workspace: Workspace) -> None:
-    """Not the servers: on the H200 the killed decoder's memory moved onto the prefiller, and a
-    server restarted with its engine would lose its L1's KV."""
-    assert maps(workspace, "xpyd-1gpu") == {"prefill-0": ("decode-0",)}
+def test_a_nixl_pusher_maps_its_decoders_and_each_server_its_engine(workspace: Workspace) -> None:
+    """The servers too: on one H100 a dead engine's KV stayed taken by its `lmcache server`
+    until LMCache's reaper dropped it (an hour for a decoder, which never pings)."""
+    assert maps(workspace, "xpyd-1gpu") == {
+        "prefill-0": ("decode-0",),
+        "lmcache-prefill-0": ("prefill-0",),
+        "lmcache-decode-0": ("decode-0",),
+    }
 
 
 def test_under_pull_the_decoder_maps_the_prefillers(workspace: Workspace) -> None:
     mapped = maps(workspace, "xpyd-mp")  # pull, each engine on GPUs of its own, one host
     assert mapped["decode-0"] == ("prefill-0",)
     assert "prefill-0" not in mapped
+    assert mapped["lmcache-prefill-0"] == ("prefill-0",)
 
 
 def test_an_lmcache_pd_sender_maps_the_decoders_on_its_host(workspace: Workspace) -> None:
@@ -48,8 +54,10 @@ def test_an_lmcache_pd_sender_maps_the_decoders_on_its_host(workspace: Workspace
 
 
 def test_across_hosts_and_off_gpus_nothing_is_mapped(workspace: Workspace) -> None:
-    """CUDA IPC reaches one host's GPUs."""
-    assert maps(workspace, "xpyd-mp-2host") == {}  # nixl-mp, prefill and decode on two hosts
+    """CUDA IPC reaches one host's GPUs: across them only each server maps its own engine."""
+    plan = plan_of(workspace, "xpyd-mp-2host")  # nixl-mp, prefill and decode on two hosts
+    servers = {f"lmcache-{engine.name}": (engine.name,) for engine in plan.engines}
+    assert maps(workspace, "xpyd-mp-2host") == servers
     assert maps(workspace, "xpyd-tp8") == {}  # lmcache-pd, prefill and decode on two nodes
     for stack in ("cpu-1p1d", "cpu-lmcache-pd", "cpu-p2p"):
         assert maps(workspace, stack) == {}, stack
@@ -73,7 +81,9 @@ def test_the_rendered_mappers_end_with_their_peers(workspace: Workspace) -> None
     url = {engine.name: f"{engine.url}/metrics" for engine in plan.engines}
     commands = _commands(workspace, "xpyd-1gpu")
     assert _option(commands["prefill-0"], "--ends-with") == [url["decode-0"]]
-    for name in ("decode-0", "lmcache-prefill-0", "lmcache-decode-0", "router"):
+    assert _option(commands["lmcache-prefill-0"], "--ends-with") == [url["prefill-0"]]
+    assert _option(commands["lmcache-decode-0"], "--ends-with") == [url["decode-0"]]
+    for name in ("decode-0", "router"):
         assert _option(commands[name], "--ends-with") == [], name
     for command in commands.values():
         assert _option(command, "--restarts-with") == []
@@ -82,6 +92,7 @@ def test_the_rendered_mappers_end_with_their_peers(workspace: Workspace) -> None
     )
     assert project.service("prefill-0").ends_with == (url["decode-0"],)
     assert project.service("decode-0").ends_with == ()
+    assert project.service("lmcache-decode-0").ends_with == (url["decode-0"],)
 
 
 def test_an_lmcache_pd_sender_on_a_gpu_watches_its_decoders_once(workspace: Workspace) -> None:
