@@ -20,7 +20,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from generator.proxy.admission import Admission
 from generator.proxy.config import ProxyConfig
 from generator.proxy.context import Context
-from generator.proxy.errors import ProxyError, error_response
+from generator.proxy.discovery import Resolve, addresses_of, discovered
+from generator.proxy.errors import ProxyError, Redactor, error_response
 from generator.proxy.flow import handle_generate
 from generator.proxy.guard import Handler, guarded, method_not_allowed, not_found
 from generator.proxy.health import check_pools
@@ -33,11 +34,14 @@ _JSON = "application/json"
 _ACCESS_FORMAT = '%a "%r" %s %b %Tf %{X-Request-Id}o'
 _SHUTDOWN_S = 10.0  # streams in flight get this long to finish on SIGTERM
 _MODELS_TIMEOUT = aiohttp.ClientTimeout(total=10)
+log = logging.getLogger("xpyd.proxy")
 
 
 class Proxy:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, *, resolve: Resolve = addresses_of) -> None:
+        """``resolve``: how backends' names are looked up (discovery.py; the system's)."""
         self.config = config
+        self._resolve = resolve
         self.ctx = Context(config)
         self.prefill, self.decode, self.notices = (
             self.ctx.prefill,
@@ -177,10 +181,30 @@ class Proxy:
     # ---- health ----------------------------------------------------------------------------
 
     async def _check_health_forever(self) -> None:
+        every_s, next_lookup = self.config.discover_every_s, 0.0
         while True:
+            # Before the checks: a backend found now is checked in the same round.
+            if every_s is not None and time.monotonic() >= next_lookup:
+                await self.discover()
+                next_lookup = time.monotonic() + every_s
             await self.check_health()
             self.health_known.set()
             await asyncio.sleep(self.config.timeouts.health_interval_s)
+
+    async def discover(self) -> None:
+        """Looks the backends' names up again (discovery.py): each pool gains and loses the
+        addresses its names gained and lost."""
+        prefill = self.prefill.sync(await discovered(self.config.prefill, self._resolve))
+        decode = self.decode.sync(await discovered(self.config.decode, self._resolve))
+        for role, (joined, left) in (("prefill", prefill), ("decode", decode)):
+            if joined or left:
+                log.warning("%s backends found: %s; gone: %s", role, joined or "-", left or "-")
+            for name in left:  # its series would stand still at its last value
+                for gauge in (self.metrics.outstanding, self.metrics.healthy):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(role, name)
+        configs = [b.config for pool in (self.prefill, self.decode) for b in pool.backends]
+        self.ctx.redact = Redactor([*self.config.prefill, *self.config.decode, *configs])
 
     async def check_health(self) -> None:
         await check_pools(

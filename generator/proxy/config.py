@@ -172,6 +172,10 @@ class ProxyConfig(_Strict):
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     access_log: bool = False  # one line per request on stderr (costs ~10% of throughput)
+    # Look each backend's host name up again this often: a name with several addresses (a
+    # headless Service over a scaled StatefulSet) is a backend per address (discovery.py).
+    # None: the URLs as written, resolved per connection.
+    discover_every_s: float | None = Field(None, gt=0, le=86400)
 
     @model_validator(mode="after")
     def _protocol_needs(self) -> ProxyConfig:

@@ -73,6 +73,24 @@ class Pool(Generic[C]):
     def of(cls, configs: Iterable[C], policy: Policy, eject_s: float) -> Pool[C]:
         return cls([Backend(config) for config in configs], policy, eject_s)
 
+    def sync(self, configs: Iterable[C]) -> tuple[list[str], list[str]]:
+        """The pool becomes ``configs`` (discovery.py): a backend at a URL it had keeps its
+        state (its name may change); a new one is out of rotation until a health check passes
+        (a pod scaled up is not ready at once); one gone leaves, and requests on it finish
+        there. Returns the names that joined and those that left."""
+        by_url = {backend.config.url: backend for backend in self.backends}
+        kept: list[Backend[C]] = []
+        joined: list[str] = []
+        for config in configs:
+            backend = by_url.pop(config.url, None)
+            if backend is None:
+                backend = Backend(config, healthy=False)
+                joined.append(config.name)
+            backend.config = config
+            kept.append(backend)
+        self.backends = kept
+        return joined, [backend.name for backend in by_url.values()]
+
     def by_name(self, name: str) -> Backend[C] | None:
         return next((b for b in self.backends if b.name == name), None)
 

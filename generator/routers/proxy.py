@@ -138,6 +138,9 @@ def _config(plan: Plan) -> ProxyConfig:
             attempts=plan.recovery.attempts,
             stall_s=plan.recovery.stall_s,
         ),
+        # Names looked up as often as engines are checked: an engine scaled in a cluster
+        # (several addresses behind its name) joins within one round.
+        discover_every_s=plan.recovery.health_interval_s,
     )
 
 

@@ -71,6 +71,10 @@ class FakeBackend:
     # vLLM's token counters on /metrics: they move as answers are made ("hang" never moves
     # them: with /health passing, that is a wedged engine).
     tokens: int = 0
+    # Where it listens: several stand-ins may share a port on different loopback addresses
+    # (127.0.0.2, ...), as a scaled StatefulSet's pods do (tests/proxy/test_discovery.py).
+    host: str = "127.0.0.1"
+    port: int | None = None
     server: TestServer | None = None
 
     @property
@@ -89,7 +93,7 @@ class FakeBackend:
         app.router.add_post("/v1/completions", self.generate)
         app.router.add_post("/v1/chat/completions", self.generate)
         app.router.add_post("/tokenize", self.tokenize)
-        self.server = TestServer(app)
+        self.server = TestServer(app, host=self.host, port=self.port)
         await self.server.start_server()
         return self
 
