@@ -218,11 +218,7 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         supervisor=[SUPERVISOR, SUPERVISOR_IN_IMAGE],
     )
     # Sources copied in are part of what the tag stands for.
-    sources = sorted(
-        str(path.relative_to(workspace.root))
-        for folder in image.copied_sources
-        for path in (workspace.root / folder).rglob("*.py")
-    )
+    sources = [path for folder in image.copied_sources for path in _files_under(workspace, folder)]
     tag = _tag(
         plan, workspace, "router", text, [image.lock, BUILD_TOOLS_LOCK, SUPERVISOR, *sources]
     )

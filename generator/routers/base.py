@@ -36,7 +36,10 @@ class RouterImage:
 
     template: str  # under images/templates/
     lock: str  # the pinned packages it installs
-    copied_sources: tuple[str, ...] = ()  # checkout folders whose .py files it copies (tagged)
+    # Checkout folders it copies, whose files are part of what its tag stands for: the shared
+    # template copies the whole package (the proxy, the supervisor's peers, the verdict Job's
+    # probes), for either kind. A folder left out here runs stale code from an older image.
+    copied_sources: tuple[str, ...] = ("generator",)
 
 
 @dataclass(frozen=True)

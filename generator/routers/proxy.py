@@ -40,7 +40,7 @@ class Proxy:
     # keep it (router.port), everything else defaults to 8100.
     default_port = 8100
     policies = tuple(POLICIES)  # the proxy's own registry: router.yaml reads the same
-    image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK, copied_sources=("generator/proxy",))
+    image = RouterImage("router.Dockerfile.j2", ROUTER_LOCK)
     stamp: Literal["response-id", "headers"] = "headers"
     recovery_fields = (
         "health_interval_s",
