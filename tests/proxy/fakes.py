@@ -270,3 +270,16 @@ class FakeBackend:
     async def close(self) -> None:
         if self.server is not None:
             await self.server.close()
+
+
+async def _serve_forever(name: str, port: int) -> None:
+    await FakeBackend(name, host="0.0.0.0", port=port).start()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    # A stand-in engine in a container of its own (tests/integration/test_proxy_discovery.py):
+    # python3 -m tests.proxy.fakes NAME PORT; its answers' text is NAME.
+    import sys
+
+    asyncio.run(_serve_forever(sys.argv[1], int(sys.argv[2])))
