@@ -135,6 +135,9 @@ class PeerWatch:
     service: str
     metrics_url: str  # reachable from the service's own network
     maps_memory: bool = False
+    # Its state about the peer is stale after the peer's new start, mapped or not (a runtime
+    # where the mapping cannot happen keeps the watch for this).
+    stale: bool = False
 
 
 def watched_pages(watches: Sequence[PeerWatch]) -> tuple[tuple[str, ...], tuple[str, ...]]:

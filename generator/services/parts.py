@@ -131,9 +131,15 @@ def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
         return ()  # most services: then no lookup table either (one per engine is quadratic)
     engines = {engine.name: engine for engine in plan.engines}
     mapped = set(maps.get(name, ()))
-    watched = [p for p in stale.get(name, ()) if name not in stale.get(p, ()) and p not in mapped]
+    stale_peers = [p for p in stale.get(name, ()) if name not in stale.get(p, ())]
+    watched = [p for p in stale_peers if p not in mapped]
     return tuple(
-        PeerWatch(peer, f"{engines[peer].url}/metrics", maps_memory=peer in mapped)
+        PeerWatch(
+            peer,
+            f"{engines[peer].url}/metrics",
+            maps_memory=peer in mapped,
+            stale=peer in stale_peers,
+        )
         for peer in [*watched, *maps.get(name, ())]
         if peer in engines
     )

@@ -6,6 +6,7 @@ objects must say (pod IP side channel, sidecars, GPUs, secrets only by reference
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from functools import cache
@@ -261,3 +262,47 @@ def test_render_writes_kubernetes_beside_compose_and_never_through_a_link(
     with pytest.raises(RenderError, match="symbolic link"):
         write_rendered(rendered, linked)
     assert list(elsewhere.iterdir()) == []
+
+
+def _watches(container: Obj) -> dict[str, list[str]]:
+    """The supervisor's watch options in a container's args ({} when it runs bare)."""
+    args: list[str] = container["args"]
+    if "/opt/xpyd/supervise.py" not in args:
+        return {}
+    head = args[: args.index("--")]
+    found: dict[str, list[str]] = {}
+    for option, value in itertools.pairwise(head):
+        if option.startswith("--"):
+            found.setdefault(option, []).append(value)
+    return found
+
+
+def test_the_supervisors_watches_run_in_the_pods_with_this_pods_pages_at_loopback() -> None:
+    """An engine whose server lost it, and a GPU server whose engine died (it maps that KV),
+    end as crashes and the kubelet restarts them; a page in the same pod is read at loopback,
+    since the Service's name would also reach a scaled StatefulSet's other replicas."""
+    _, rendered = exported("xpyd-1gpu")
+    spec = _workload(rendered, "prefill-0")["spec"]["template"]["spec"]
+    engine, (server,) = spec["containers"][0], spec["initContainers"]
+    assert _watches(engine) == {"--needs-registered": ["http://127.0.0.1:8090/status"]}
+    assert _watches(server) == {"--ends-with": ["http://127.0.0.1:7100/metrics"]}
+    assert "--restarts" not in engine["args"]  # once: restarts are the kubelet's
+    # The pusher maps its decoder over CUDA IPC under compose; pods move KV over the network.
+    assert "--ends-with" not in _watches(engine)
+    decode = _workload(rendered, "decode-0")["spec"]["template"]["spec"]
+    assert _watches(decode["initContainers"][0]) == {
+        "--ends-with": ["http://127.0.0.1:7200/metrics"]
+    }
+
+
+def test_a_peer_in_another_pod_stays_watched_for_its_new_start() -> None:
+    """An lmcache-pd prefiller keeps state about its decoders (stale after their restart): that
+    watch crosses pods by Service name; the GPU mapping it also stands for does not."""
+    _, rendered = exported("xpyd")
+    prefiller = _workload(rendered, "prefill-0")["spec"]["template"]["spec"]["containers"][0]
+    assert _watches(prefiller) == {
+        "--restarts-with": ["http://decode-0:7200/metrics", "http://decode-1:7201/metrics"]
+    }
+    _, cpu = exported("cpu-1p1d")  # no watch at all: the command as the image runs it
+    router = _workload(cpu, "router")["spec"]["template"]["spec"]["containers"][0]
+    assert _watches(router) == {}

@@ -4,7 +4,11 @@ stack-wide sidecar. Every shape of a pod lives here; the model has none.
 
 Why the non-obvious settings are there:
 - Each container's command is the image's arguments (``args``): compose's ``command`` replaces
-  the image's CMD, never its entrypoint. No supervisor: Kubernetes restarts containers itself.
+  the image's CMD, never its entrypoint. Kubernetes restarts containers itself; a service that
+  watches a peer (an engine its server's registration, a server the engine whose GPU memory
+  it maps, a prefiller the decoders it keeps state about) runs once under our supervisor, whose
+  watch ends it as a crash, and the kubelet starts the container again. Pods move KV over the
+  network, never CUDA IPC, so a peer in another pod is watched only for a new start.
 - ``POD_IP`` comes first in every container's environment (the downward API): the plan
   refers to it as ``$(POD_IP)`` where a socket must be bound at the pod's own address (NIXL's
   side channel). Every other ``$`` is written ``$$``, which Kubernetes reads as a literal one.
@@ -22,9 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from generator.plan.models import POD_IP_ENV, POD_IP_REF
 from generator.services.model import (
@@ -37,7 +42,10 @@ from generator.services.model import (
     Service,
     TmpfsMount,
     Volume,
+    watched_pages,
 )
+from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
+from generator.supervise import watch_options
 
 __all__ = [
     "ENV_SECRET",
@@ -89,9 +97,10 @@ def pod_spec(
     parts = [*sidecars, main]
     grace = max(part.service.stop_grace_s for part in parts) + options.drain_s
     spec: dict[str, Any] = {}
+    pod = frozenset(part.service.name for part in parts)
     if sidecars:
-        spec["initContainers"] = [_sidecar(part, options) for part in sidecars]
-    spec["containers"] = [_main(main, options)]
+        spec["initContainers"] = [_sidecar(part, pod, options) for part in sidecars]
+    spec["containers"] = [_main(main, pod, options)]
     if any(part.service.host_pid for part in parts) and sidecars:
         spec["shareProcessNamespace"] = True
     spec["terminationGracePeriodSeconds"] = grace
@@ -99,19 +108,21 @@ def pod_spec(
     return spec
 
 
-def _main(part: PodPart, options: PodOptions) -> dict[str, Any]:
-    container = _container(part, options, own_gpus=True)
+def _main(part: PodPart, pod: frozenset[str], options: PodOptions) -> dict[str, Any]:
+    container = _container(part, pod, options, own_gpus=True)
     container["lifecycle"] = {"preStop": {"sleep": {"seconds": options.drain_s}}}
     return container
 
 
-def _sidecar(part: PodPart, options: PodOptions) -> dict[str, Any]:
+def _sidecar(part: PodPart, pod: frozenset[str], options: PodOptions) -> dict[str, Any]:
     """A native sidecar: started (its startup probe passed) before the main container, and
     kept running beside it."""
-    return _container(part, options, own_gpus=False) | {"restartPolicy": "Always"}
+    return _container(part, pod, options, own_gpus=False) | {"restartPolicy": "Always"}
 
 
-def _container(part: PodPart, options: PodOptions, *, own_gpus: bool) -> dict[str, Any]:
+def _container(
+    part: PodPart, pod: frozenset[str], options: PodOptions, *, own_gpus: bool
+) -> dict[str, Any]:
     service = part.service
     container: dict[str, Any] = {
         "name": service.name,
@@ -119,7 +130,7 @@ def _container(part: PodPart, options: PodOptions, *, own_gpus: bool) -> dict[st
         "imagePullPolicy": "IfNotPresent",
     }
     if service.command:
-        container["args"] = [_literal(arg) for arg in service.command]
+        container["args"] = [_literal(arg) for arg in _watched_command(service, pod)]
     container["env"] = _env(service, own_gpus=own_gpus)
     if service.env_files:
         container["envFrom"] = [{"secretRef": {"name": HF_TOKEN_ENV_SECRET}}]
@@ -136,6 +147,34 @@ def _container(part: PodPart, options: PodOptions, *, own_gpus: bool) -> dict[st
         container |= _probes(service.health, part.ports)
     container["volumeMounts"] = _mounts(service)
     return container
+
+
+def _watched_command(service: Service, pod: frozenset[str]) -> list[str]:
+    """The command, run once under the supervisor where it watches peers (module notes): a
+    mapped peer in another pod maps nothing here, and stays watched only where the service's
+    state about it goes stale."""
+    watches = [
+        replace(watch, metrics_url=_in_pod(watch.metrics_url, pod))
+        if watch.service in pod
+        else replace(watch, maps_memory=False)
+        for watch in service.restarts_with
+        if watch.service in pod or watch.stale or not watch.maps_memory
+    ]
+    if service.registered_at is None and not watches:
+        return list(service.command)
+    registered_at = service.registered_at and _in_pod(service.registered_at, pod)
+    options = watch_options(registered_at, *watched_pages(watches))
+    return ["python3", SUPERVISOR_IN_IMAGE, *options, service.name, "--", *service.command]
+
+
+def _in_pod(url: str, pod: frozenset[str]) -> str:
+    """A page of a container in this pod, at loopback: its Service's name would also reach
+    the other replicas of a scaled StatefulSet."""
+    parts = urlsplit(url)
+    if parts.hostname not in pod:
+        return url
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"127.0.0.1{port}"))
 
 
 def _env(service: Service, *, own_gpus: bool) -> list[dict[str, Any]]:
