@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from generator.workflow.run import make_context, up_stack
 from generator.workflow.runner import TaskFailure
 from generator.workflow.runtimes import remove_hosts
 
-__all__ = ["ArmOptions", "LoadPoint", "remove_stack", "run_arm"]
+__all__ = ["ArmOptions", "LoadPoint", "idle_cpu_means", "remove_stack", "run_arm"]
 
 _SAMPLE_EVERY_S = 2.0
 
@@ -153,12 +154,24 @@ def _idle_cpu(context: RunContext, window_s: float) -> dict[str, float]:
     """Mean CPU use per service (% of one core) while nothing is asked of the stack: a stack
     that spins when idle steals the cores its neighbours (and its own engines) need."""
     context.progress(f"{context.plan.stack}: sampling CPU use while idle ({window_s:g} s)")
+    runtimes = [stack.runtime for stack in context.hosts.values()]
+    return idle_cpu_means(lambda: [runtime.cpu_percentages() for runtime in runtimes], window_s)
+
+
+def idle_cpu_means(
+    look: Callable[[], Sequence[Mapping[str, float]]], window_s: float
+) -> dict[str, float]:
+    """Each service's mean over the looks (one per host each time) in ``window_s``. A first
+    look that finds nothing ends it: the runtime cannot sample here (the Slurm runtime: its
+    steps run on the nodes), and the rest of the window would only sleep."""
     samples: dict[str, list[float]] = {}
     deadline = time.monotonic() + window_s
     while (started := time.monotonic()) < deadline:
-        for stack in context.hosts.values():
-            for service, percent in stack.runtime.cpu_percentages().items():
+        for percentages in look():
+            for service, percent in percentages.items():
                 samples.setdefault(service, []).append(percent)
+        if not samples:
+            return {}
         # `docker stats` samples about a second; never poll faster than that
         time.sleep(max(0.0, _SAMPLE_EVERY_S - (time.monotonic() - started)))
     return {service: sum(values) / len(values) for service, values in sorted(samples.items())}
