@@ -207,7 +207,10 @@ def _drill(
     origin = time.monotonic()
     stop = threading.Event()
     watcher = threading.Thread(
-        target=_watch, args=(context, watched, origin, stop, result.samples), daemon=True
+        target=_watch,
+        args=(context, watched, origin, stop, result.samples),
+        kwargs={"fault_at_s": fault.at_s},
+        daemon=True,
     )
     injector = threading.Thread(target=_inject, args=(context, fault, origin, result), daemon=True)
     watcher.start()
@@ -283,8 +286,15 @@ def _watch(
     origin: float,
     stop: threading.Event,
     out: list[Sample],
+    *,
+    fault_at_s: float,
 ) -> None:
     followers = {s: _followers(context, s) for s in services}
+    # Followers that the service follows in turn (a GPU engine and its lmcache server end
+    # with each other): either may start last, so theirs is judged against the fault's time.
+    mutual = {
+        s: frozenset(f for f in followers[s] if s in _followers(context, f)) for s in services
+    }
     looked_at = {*services, *(f for names in followers.values() for f in names)}
     runtimes = {id(r): r for r in (context.host_of(s).runtime for s in looked_at)}
     in_rotation = _rotation_reader(context.plan, services)
@@ -298,7 +308,13 @@ def _watch(
             rotation, silent = in_rotation(), False
         except XpydError:
             rotation, silent = None, True
-        sample = combined_sample(looked - origin, states, services, rotation, followers)
+        at_s = looked - origin
+        # Before the fault its followers have nothing to redo; after it, in unix seconds as
+        # the runtimes give start times.
+        faulted_at = time.time() - (at_s - fault_at_s) if at_s >= fault_at_s else None
+        sample = combined_sample(
+            at_s, states, services, rotation, followers, faulted_at=faulted_at, mutual=mutual
+        )
         out.append(replace(sample, router_silent=silent))
         stop.wait(max(0.0, LOOK_EVERY_S - (time.monotonic() - looked)))
 
@@ -309,11 +325,26 @@ def combined_sample(
     services: list[str],
     in_rotation: bool | None,
     followers: Mapping[str, list[str]],
+    *,
+    faulted_at: float | None = None,
+    mutual: Mapping[str, frozenset[str]] | None = None,
 ) -> Sample:
+    """``faulted_at``: the fault's unix time, None before it (followers are not judged then);
+    ``mutual``: each service's followers that follow each other with it."""
     found = [state for s in services if (state := states.get(s)) is not None]
     statuses = [s.status for s in found] + ["missing"] * (len(services) - len(found))
     healths = [s.health for s in found if s.health is not None]
-    backs = [b for s in services if (b := followers_back_of(states, s, followers[s])) is not None]
+    backs = [
+        back
+        for s in services
+        if faulted_at is not None
+        and (
+            back := followers_back_of(
+                states, s, followers[s], faulted_at=faulted_at, mutual=(mutual or {}).get(s)
+            )
+        )
+        is not None
+    ]
     return Sample(
         at_s=at_s,
         status=next((status for status in statuses if status != "running"), "running"),
@@ -340,17 +371,34 @@ def _followers(context: RunContext, service: str) -> list[str]:
 
 
 def followers_back_of(
-    states: Mapping[str, ServiceState], service: str, followers: list[str]
+    states: Mapping[str, ServiceState],
+    service: str,
+    followers: list[str],
+    *,
+    faulted_at: float | None = None,
+    mutual: frozenset[str] | None = None,
 ) -> bool | None:
+    """Whether the services that start again after ``service`` did: healthy, and started
+    after it (what they kept of its process is stale). A follower in ``mutual`` (``service``
+    follows it too) may start before ``service``'s last start: it counts once started after
+    ``faulted_at``. None: nothing to wait for: no followers, or a service that has kept its
+    process since the fault (stopped and continued, or cut off): they have nothing to redo."""
     if not followers:
         return None
     own = states.get(service)
     if own is None or own.started_at is None:
         return False
+    own_start = own.started_at
+    if faulted_at is not None and own_start <= faulted_at:
+        return None
+
+    def since(name: str) -> float:
+        return faulted_at if faulted_at is not None and name in (mutual or ()) else own_start
+
     return all(
         (follower := states.get(name)) is not None
         and follower.health in (None, "healthy")
-        and (follower.started_at or 0.0) > own.started_at
+        and (follower.started_at or 0.0) > since(name)
         for name in followers
     )
 

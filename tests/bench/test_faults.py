@@ -285,3 +285,38 @@ def test_each_router_names_the_series_of_an_engine_in_rotation(two_hosts: Plan) 
         "xpyd_proxy_backend_healthy",
         {"backend": "decode-1"},
     )
+
+
+def test_followers_are_judged_only_after_the_fault() -> None:
+    """Engines that share a GPU start one after another, so a follower may be older than the
+    service it follows: before the fault that is no reason to call the stack not whole."""
+    engine = ServiceState("decode-0", "e", "running", "healthy", None, (), started_at=20.0)
+    server = ServiceState("lmcache-decode-0", "s", "running", "healthy", None, (), started_at=10.0)
+    states = {"decode-0": engine, "lmcache-decode-0": server}
+    followers = {"decode-0": ["lmcache-decode-0"]}
+    before = combined_sample(5.0, states, ["decode-0"], True, followers)
+    assert before.followers_back is None
+    assert before.look() == "whole"
+    # After it, once the service started again, its followers must have started after it.
+    after = combined_sample(25.0, states, ["decode-0"], True, followers, faulted_at=15.0)
+    assert after.look() == "its followers not back"
+    # A service that kept its process (a stop fault, a cut) asks nothing of its followers.
+    kept = combined_sample(25.0, states, ["decode-0"], True, followers, faulted_at=21.0)
+    assert kept.look() == "whole"
+
+
+def test_a_gpu_engine_and_its_server_that_end_with_each_other_are_back_in_either_order() -> None:
+    """The decoder killed at 100 s started again at once, its server (ending with it) at 110 s;
+    the decoder then lost its registration with the old server and started again at 120 s.
+    The server is no older than the fault: whole. A follower that does not follow back keeps
+    the stricter rule (started after the service's last start)."""
+    engine = ServiceState("decode-0", "e", "running", "healthy", None, (), started_at=120.0)
+    server = ServiceState("lmcache-decode-0", "s", "running", "healthy", None, (), started_at=110.0)
+    states = {"decode-0": engine, "lmcache-decode-0": server}
+    both = frozenset({"lmcache-decode-0"})
+    followers = ["lmcache-decode-0"]
+    assert followers_back_of(states, "decode-0", followers, faulted_at=100.0, mutual=both)
+    assert not followers_back_of(states, "decode-0", followers, faulted_at=100.0)
+    stale = replace(server, started_at=90.0)  # the server from before the fault
+    states_stale = {"decode-0": engine, "lmcache-decode-0": stale}
+    assert not followers_back_of(states_stale, "decode-0", followers, faulted_at=100.0, mutual=both)
