@@ -460,6 +460,12 @@ def watch_options(
     return registration + peers + [part for url in ends_with for part in ("--ends-with", url)]
 
 
+def in_image_command(service: str, command: Sequence[str], watch: Sequence[str]) -> list[str]:
+    """``command`` under this supervisor, as an image runs it (compose, Kubernetes): restarts
+    are the container runtime's, the watches (``watch_options``) its own."""
+    return ["python3", IN_IMAGE, *watch, service, "--", *command]
+
+
 def main(argv: list[str]) -> int:
     """Exit codes: the command's (see above); 1: a signal reached nothing; 2: a usage error,
     or a PID record that cannot be written (nothing is left running)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -29,7 +28,6 @@ _LOOKUP_TIMEOUT_S = 5.0
 
 # (host, port) -> its addresses, sorted; None when the lookup failed (keep what is known).
 Resolve = Callable[[str, int], Awaitable[list[str] | None]]
-log = logging.getLogger("xpyd.proxy.discovery")
 
 
 async def addresses_of(host: str, port: int) -> list[str] | None:

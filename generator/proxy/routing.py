@@ -86,7 +86,8 @@ class Pool(Generic[C]):
             if backend is None:
                 backend = Backend(config, healthy=False)
                 joined.append(config.name)
-            backend.config = config
+            else:
+                backend.config = config  # the name follows how many addresses share it
             kept.append(backend)
         self.backends = kept
         return joined, [backend.name for backend in by_url.values()]

@@ -28,8 +28,7 @@ from generator.services.model import (
     watched_pages,
 )
 from generator.spec import GpuAccess
-from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
-from generator.supervise import watch_options
+from generator.supervise import in_image_command, watch_options
 
 __all__ = [
     "ComposeProject",
@@ -150,7 +149,7 @@ def _command(service: Service) -> list[str]:
     if not service.max_restarts:
         return list(service.command)
     watch = watch_options(service.registered_at, *watched_pages(service.restarts_with))
-    return ["python3", SUPERVISOR_IN_IMAGE, *watch, service.name, "--", *service.command]
+    return in_image_command(service.name, service.command, watch)
 
 
 def _runtime(service: Service) -> dict[str, Any]:

@@ -44,8 +44,7 @@ from generator.services.model import (
     Volume,
     watched_pages,
 )
-from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
-from generator.supervise import watch_options
+from generator.supervise import in_image_command, watch_options
 
 __all__ = [
     "ENV_SECRET",
@@ -163,8 +162,9 @@ def _watched_command(service: Service, pod: frozenset[str]) -> list[str]:
     if service.registered_at is None and not watches:
         return list(service.command)
     registered_at = service.registered_at and _in_pod(service.registered_at, pod)
-    options = watch_options(registered_at, *watched_pages(watches))
-    return ["python3", SUPERVISOR_IN_IMAGE, *options, service.name, "--", *service.command]
+    return in_image_command(
+        service.name, service.command, watch_options(registered_at, *watched_pages(watches))
+    )
 
 
 def _in_pod(url: str, pod: frozenset[str]) -> str:
