@@ -15,6 +15,8 @@
 # Run from the checkout, with the Python that runs `python -m generator` as $PYTHON (default
 # python3). As root the engines run in their containers' view (process.isolation: container).
 # EAGER=1: engines in eager mode (--enforce-eager) instead of CUDA graphs.
+# ROUTER_ARGS: more router arguments, a JSON list (router.extra_args), e.g. '["--log-level",
+# "debug"]': vllm-router then logs each prefill answer and decode request it passes on.
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
 # `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, FAULT_S of
 # load, default 150: the goal is the stack whole again within 120 s; its `up` gives the verdict
@@ -43,6 +45,7 @@ settings=(
     --set model.served_name=llama-3.1-8b-shape --set "model.extra_args=$extra"
     --set 'hf={}'  # a local model: no token, no hub
 )
+[ -n "${ROUTER_ARGS:-}" ] && settings+=(--set "router.extra_args=$ROUTER_ARGS")
 status=0
 if [ "$what" = probe ]; then
     probe=generator/kvprobe/nixl_kv_probe.py port=5790
