@@ -4,6 +4,7 @@
     python3 generator/supervise.py --restarts N SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --needs-registered URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --restarts-with URL [--restarts-with URL] SERVICE -- COMMAND...
+    python3 generator/supervise.py --starts-alone-on gpu-0 --started-when URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
@@ -47,6 +48,17 @@ listens only once it serves: a restarting engine refuses too). While the process
 ``down`` stops the stack (``STOPPING_FILE`` beside the PID record), a peer gone is no reason:
 its services stop one after another, and the peer may go first.
 
+With ``--starts-alone-on NAME`` (an engine that shares a GPU with others: NAME is the GPU) and
+``--started-when URL`` (its own /health) each run of the command, restarts included, starts
+only while no other engine of that name is starting: it takes a lock file named after it,
+beside its PID record, before the command starts and lets it go once the page answers 200,
+once the command has ended, or after an hour. vLLM sizes its KV cache from the GPU memory it
+sees used while it profiles, so a neighbour loading meanwhile is counted as its own (measured
+on an H100: a prefiller restarted while the decoder it had followed was profiling found "No
+available memory for the cache blocks"). `up` starts such engines one after another; this is
+the same order for the restarts that no workflow sees. Several names are taken in sorted
+order, so two engines never wait on each other.
+
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
 it signals the supervised command (``--tree``: and every process under it, so that a
@@ -70,6 +82,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import functools
 import json
 import math
@@ -135,6 +148,10 @@ Reach = Literal["command", "tree", "under"]
 _SAME_START_S = 1.0  # a process's start time, as its page gives it, is rounded
 _LEFTOVERS_WAIT_S = 5.0
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+# A start that holds a GPU to itself lets it go at the latest after this long (a start that
+# hangs must not keep its neighbours from ever starting again); how often it looks meanwhile.
+_START_ALONE_LIMIT_S, _START_ALONE_LOOK_S = 3600.0, 0.5
+_HOLDER_MAX_BYTES = 128  # the lock file names the service that holds it
 
 
 def last_said(log: str) -> str | None:
@@ -397,7 +414,7 @@ def send(signame: str, service: str, reach: Reach = "command") -> int:
 
 _USAGE = """\
 supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]... [--ends-with URL]...
-                    SERVICE -- COMMAND...
+                    [--starts-alone-on NAME... --started-when URL] SERVICE -- COMMAND...
        supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]"""
 
 
@@ -415,6 +432,8 @@ def _parser(signal_mode: bool) -> argparse.ArgumentParser:
         parser.add_argument("--needs-registered", type=_url)
         parser.add_argument("--restarts-with", type=_url, action="append", default=[])
         parser.add_argument("--ends-with", type=_url, action="append", default=[])
+        parser.add_argument("--starts-alone-on", type=_service_name, action="append", default=[])
+        parser.add_argument("--started-when", type=_url)
     return parser
 
 
@@ -482,7 +501,13 @@ def main(argv: list[str]) -> int:
         watches.append(functools.partial(_Registration, options.needs_registered))
     watches += [functools.partial(_PeerStart, url) for url in options.restarts_with]
     watches += [functools.partial(_PeerGone, url) for url in options.ends_with]
+    if bool(options.starts_alone_on) != bool(options.started_when):
+        parser.error("--starts-alone-on and --started-when go together")
     supervisor = _Supervisor(options.service, command, options.restarts, watches)
+    if options.starts_alone_on:
+        supervisor.alone = _StartAlone(
+            options.service, options.starts_alone_on, options.started_when
+        )
     supervisor.watch_every_s = _watch_every_s()
     return supervisor.run()
 
@@ -508,6 +533,8 @@ class _Supervisor:
         self.asked: list[int] = []
         self.child: subprocess.Popen[bytes] | None = None
         self.record_path = pid_file(service)
+        self.alone: _StartAlone | None = None  # the GPUs it starts on while no other engine does
+        self.held: _Held | None = None  # what this run holds of them
 
     def forward(self, signum: int, _: FrameType | None) -> None:
         self.asked.append(signum)
@@ -537,12 +564,18 @@ class _Supervisor:
                 self.child.kill()
                 self.child.wait()
             _end_orphans()
+            if self.held is not None:
+                self.held.release()
             with contextlib.suppress(OSError):
                 self.record_path.unlink()
 
     def _loop(self) -> int:
         done, wait_s = 0, _FIRST_WAIT_S
         while True:
+            if self.alone is not None:
+                self.held = self.alone.take(lambda: bool(self.asked))
+                if self.held is None:
+                    return 128 + self.asked[-1]  # asked to stop while it waited its turn
             started = time.monotonic()
             returncode = self._run_once()
             asked = bool(self.asked)
@@ -568,11 +601,18 @@ class _Supervisor:
             child = self.child = subprocess.Popen(self.command, start_new_session=True)
         except OSError as exc:
             _say(f"{self.service} cannot start {self.command[0]}: {exc.strerror}")
+            if self.held is not None:
+                self.held.release()
             return 126 if isinstance(exc, PermissionError) else 127
         if self.asked:  # asked to stop while the command was starting
             child.send_signal(self.asked[-1])
         self._write_record(child.pid)
         done = threading.Event()
+        if self.alone is not None and self.held is not None:
+            releasing = (self.held, done)  # a daemon: a run that never ends must not hold exit
+            threading.Thread(
+                target=self.alone.release_once_started, args=releasing, daemon=True
+            ).start()
         if self.watches:
             watches = [new() for new in self.watches]
             watcher = threading.Thread(target=self._watch, args=(child, done, watches))
@@ -580,6 +620,8 @@ class _Supervisor:
             watcher.start()
         _wait_unreaped(child)  # its PID, and so its group's id, stay its own meanwhile
         done.set()
+        if self.held is not None:
+            self.held.release()  # ended before it served: the next start may go
         with contextlib.suppress(OSError):
             _replace(self.record_path, "")  # names no process now
         _end_group(child.pid)
@@ -749,6 +791,115 @@ def start_time(page: str) -> float | None:
                 started = float(value.split()[0])
                 return started if math.isfinite(started) else None
     return None
+
+
+# --- one start at a time on a shared GPU -------------------------------------------------
+
+
+class _StartAlone:
+    """The lock files of the GPUs an engine shares (``start-alone-NAME.lock`` beside its PID
+    record), held from before each run of its command until the run serves ``started_when``
+    (or ended, or the limit passed). flock: the kernel lets a lock go with the process that
+    held it, so a supervisor killed while it held one blocks nobody."""
+
+    def __init__(self, service: str, names: Sequence[str], started_when: str) -> None:
+        self.service, self.started_when = service, started_when
+        folder = pid_file(service).parent
+        self.locks = [(name, folder / f"start-alone-{name}.lock") for name in sorted(set(names))]
+
+    def take(self, asked_to_stop: Callable[[], bool]) -> _Held | None:
+        """Every lock, in sorted order (two engines never hold one each and wait for the
+        other's); None when asked to stop meanwhile (nothing held then)."""
+        held = _Held()
+        for name, path in self.locks:
+            descriptor = _open_lock(path)
+            said = False
+            while not _try_lock(descriptor):
+                if asked_to_stop():
+                    os.close(descriptor)
+                    held.release()
+                    return None
+                if not said:
+                    holder = _holder(descriptor) or "another engine"
+                    _say(f"{self.service} waits to start: {holder} is starting on {name}")
+                    said = True
+                time.sleep(_START_ALONE_LOOK_S)
+            _name_holder(descriptor, self.service)
+            held.descriptors.append(descriptor)
+        return held
+
+    def release_once_started(self, held: _Held, ended: threading.Event) -> None:
+        """Lets ``held`` go once the run serves its page, once it ended, or after the limit."""
+        deadline = time.monotonic() + _START_ALONE_LIMIT_S
+        while not ended.wait(_START_ALONE_LOOK_S):
+            if _serves(self.started_when):
+                break
+            if time.monotonic() > deadline:
+                _say(f"{self.service} not serving {self.started_when} yet: lets the GPU go")
+                break
+        held.release()
+
+
+class _Held:
+    """The locks one run of the command holds; let go once, by whoever is first."""
+
+    def __init__(self) -> None:
+        self.descriptors: list[int] = []
+        self.guard = threading.Lock()
+
+    def release(self) -> None:
+        with self.guard:
+            descriptors, self.descriptors = self.descriptors, []
+        for descriptor in descriptors:
+            with contextlib.suppress(OSError):
+                os.ftruncate(descriptor, 0)
+            os.close(descriptor)  # closing lets the flock go
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file, made if need be; never through a link, never a FIFO or a device.
+    _RecordUnwritable where it cannot be (beside the PID record, which it could write)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise _RecordUnwritable(f"cannot open its start lock {path} ({exc.strerror})") from exc
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise _RecordUnwritable(f"its start lock {path} is not a regular file")
+    return descriptor
+
+
+def _try_lock(descriptor: int) -> bool:
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _holder(descriptor: int) -> str | None:
+    """The service the lock file names (read like input: bounded, a service name or None)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        name = os.pread(descriptor, _HOLDER_MAX_BYTES, 0).decode("utf-8").strip()
+        if _SERVICE.fullmatch(name):
+            return name
+    return None
+
+
+def _name_holder(descriptor: int, service: str) -> None:
+    with contextlib.suppress(OSError):  # the name is for messages only
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{service}\n".encode(), 0)
+
+
+def _serves(url: str) -> bool:
+    """Whether ``url`` answers 200 within 2 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (OSError, ValueError):
+        return False
 
 
 def _end(child: subprocess.Popen[bytes]) -> None:

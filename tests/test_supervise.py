@@ -538,3 +538,123 @@ def test_the_last_thing_said_is_why_it_stopped_not_the_restart_that_followed() -
     assert last_said(log) == "d exited with 5"
     assert last_said(log + "xpyd: d gave up after 2 restart(s)\n") == "d gave up after 2 restart(s)"
     assert last_said("serving\n") is None
+
+
+class _Health(_Page):
+    """A stand-in for an engine's /health: 503 until ``serving`` (a real shared-GPU start is
+    in the GPU drill, docs/gpu-h200)."""
+
+    def __init__(self) -> None:
+        self.serving = False
+        super().__init__("/health")
+
+    def body(self) -> str | None:
+        return "" if self.serving else None
+
+
+def _alone(
+    name: str, health: _Health, marker: Path, state: Path, *, restarts: int = 0, runs: str = "600"
+) -> subprocess.Popen[str]:
+    """A stand-in engine on gpu-0 that records when it starts, then sleeps ``runs`` s."""
+    command = ["sh", "-c", f"date +%s.%N >> {marker}; sleep {runs}"]
+    options = ["--restarts", str(restarts), "--starts-alone-on", "gpu-0"]
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), *options, "--started-when", health.url, name,
+         "--", *command],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={"XPYD_PID_FILE": str(state / f"{name}.pid"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+
+
+def test_engines_sharing_a_gpu_start_one_at_a_time(tmp_path: Path) -> None:
+    """The second waits while the first is starting, and starts once the first serves."""
+    first_page, second_page = _Health(), _Health()
+    first_ran, second_ran = tmp_path / "first", tmp_path / "second"
+    first = _alone("prefill-0", first_page, first_ran, tmp_path)
+    second: subprocess.Popen[str] | None = None
+    try:
+        _wait_for(first_ran)
+        second = _alone("decode-0", second_page, second_ran, tmp_path)
+        time.sleep(2.0)
+        assert not second_ran.exists()  # the first is still starting
+        first_page.serving = True
+        _wait_for(second_ran)
+    finally:
+        for process in (first, second):
+            if process is not None:
+                process.terminate()
+        _, said = second.communicate(timeout=30) if second else ("", "")
+        first.communicate(timeout=30)
+        first_page.close()
+        second_page.close()
+    assert "decode-0 waits to start: prefill-0 is starting on gpu-0" in said
+
+
+def test_a_start_that_ended_unserved_lets_the_next_go(tmp_path: Path) -> None:
+    """A restart waits for its neighbour's start too; a run that ends before it serves
+    frees the GPU at once."""
+    crashing, waiting = _Health(), _Health()
+    crashed, ran = tmp_path / "crashed", tmp_path / "ran"
+    first = _alone("prefill-0", crashing, crashed, tmp_path, runs="1; exit 1")
+    second: subprocess.Popen[str] | None = None
+    try:
+        _wait_for(crashed)
+        second = _alone("decode-0", waiting, ran, tmp_path)
+        assert first.wait(timeout=30) == 1
+        _wait_for(ran, within_s=5.0)
+        started_after = float(ran.read_text()) - float(crashed.read_text())
+        assert started_after >= 0.9  # not before the first run ended
+    finally:
+        for process in (first, second):
+            if process is not None:
+                if process.poll() is None:
+                    process.terminate()
+                process.communicate(timeout=30)
+        crashing.close()
+        waiting.close()
+
+
+def test_a_stop_while_it_waits_its_turn_ends_it_without_starting(tmp_path: Path) -> None:
+    holding, waiting = _Health(), _Health()
+    held, never = tmp_path / "held", tmp_path / "never"
+    first = _alone("prefill-0", holding, held, tmp_path)
+    try:
+        _wait_for(held)
+        second = _alone("decode-0", waiting, never, tmp_path, restarts=3)
+        time.sleep(1.0)
+        second.send_signal(signal.SIGTERM)
+        _, said = second.communicate(timeout=10)
+        assert second.returncode == 128 + signal.SIGTERM
+        assert not never.exists()
+        assert "waits to start" in said
+    finally:
+        first.terminate()
+        first.communicate(timeout=30)
+        holding.close()
+        waiting.close()
+
+
+def test_starting_alone_needs_its_page(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / SOURCE), "--starts-alone-on", "gpu-0", "decode-0", "--",
+         "true"],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "--starts-alone-on and --started-when go together" in run.stderr
+
+
+def test_a_lock_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    """Nothing is opened or made through a link: the supervisor stops before the command."""
+    target = tmp_path / "elsewhere"
+    (tmp_path / "start-alone-gpu-0.lock").symlink_to(target)
+    page, marker = _Health(), tmp_path / "ran"
+    try:
+        process = _alone("decode-0", page, marker, tmp_path)
+        _, said = process.communicate(timeout=30)
+    finally:
+        page.close()
+    assert process.returncode == 2
+    assert "cannot open its start lock" in said
+    assert not target.exists()
+    assert not marker.exists()

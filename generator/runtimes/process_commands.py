@@ -80,7 +80,7 @@ class ServiceCommands:
             # No runtime policy restarts a process: its supervisor does, and says so in its log.
             supervisor = [*self.executable(service, "python3"), SUPERVISOR]
             watch = watch_options(service.registered_at, service.restarts_with, service.ends_with)
-            policy = ["--restarts", str(service.max_restarts), *watch]
+            policy = ["--restarts", str(service.max_restarts), *watch, *_alone(service)]
             argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv
 
@@ -131,6 +131,16 @@ class ServiceCommands:
                 )
             env["HF_TOKEN"] = os.environ[secret.value]
         return env
+
+
+def _alone(service: ProcessService) -> list[str]:
+    """Its supervisor's options to start only while no other engine starts on its GPUs."""
+    if not service.starts_alone_on or service.started_when is None:
+        return []
+    names = [
+        part for gpu in service.starts_alone_on for part in ("--starts-alone-on", f"gpu-{gpu}")
+    ]
+    return [*names, "--started-when", service.started_when]
 
 
 def _host_gpu_ids(positions: str, visible: tuple[int, ...]) -> str:

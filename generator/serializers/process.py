@@ -81,6 +81,8 @@ class ProcessService:
     registered_at: str | None = None  # Service.registered_at
     restarts_with: tuple[str, ...] = ()  # Service.restarts_with's pages
     ends_with: tuple[str, ...] = ()  # and those of the peers whose GPU memory it maps
+    starts_alone_on: tuple[int, ...] = ()  # Service.starts_alone_on
+    started_when: str | None = None  # Service.started_when
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         registered_at=service.registered_at,
         restarts_with=restarts_with,
         ends_with=ends_with,
+        starts_alone_on=service.starts_alone_on if service.max_restarts else (),
+        started_when=service.started_when if service.max_restarts else None,
     )
 
 
@@ -236,6 +240,14 @@ def _document(service: ProcessService) -> dict[str, Any]:
     if service.on_demand:
         fields["on_demand"] = True
     fields["stop_grace_s"] = service.stop_grace_s
+    fields |= _supervision(service)
+    fields["paths"] = service.paths
+    return fields
+
+
+def _supervision(service: ProcessService) -> dict[str, Any]:
+    """What its supervisor is told: restarts, watches, starting alone on a shared GPU."""
+    fields: dict[str, Any] = {}
     if service.max_restarts:
         fields["restarts"] = service.max_restarts
     if service.registered_at:
@@ -244,5 +256,7 @@ def _document(service: ProcessService) -> dict[str, Any]:
         fields["restarts_with"] = list(service.restarts_with)
     if service.ends_with:
         fields["ends_with"] = list(service.ends_with)
-    fields["paths"] = service.paths
+    if service.starts_alone_on:
+        fields["starts_alone_on"] = list(service.starts_alone_on)
+        fields["started_when"] = service.started_when
     return fields

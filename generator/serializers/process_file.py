@@ -83,6 +83,10 @@ class _Service(_Strict):
     registered_at: Url | None = None
     restarts_with: list[Url] = Field(default_factory=list, max_length=_MANY)
     ends_with: list[Url] = Field(default_factory=list, max_length=_MANY)
+    starts_alone_on: list[Annotated[int, Field(ge=0, le=_MANY)]] = Field(
+        default_factory=list, max_length=_MANY
+    )
+    started_when: Url | None = None
     paths: dict[ContainerPath, HostPath | None] = Field(default_factory=dict, max_length=_MANY)
 
 
@@ -154,4 +158,6 @@ def _service(name: str, fields: _Service) -> ProcessService:
         registered_at=fields.registered_at,
         restarts_with=tuple(fields.restarts_with),
         ends_with=tuple(fields.ends_with),
+        starts_alone_on=tuple(fields.starts_alone_on),
+        started_when=fields.started_when,
     )

@@ -29,6 +29,7 @@ from generator.services.parts import (
     engine_service,
     lmcache_service,
     router_service,
+    shared_gpus_of,
     stack_sidecar_service,
 )
 from generator.topologies import topology_of
@@ -94,6 +95,7 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
     for sidecar in (s for s in stack_sidecars if s.host == host):
         services.append(stack_sidecar_service(plan, sidecar, images[sidecar.role]))
     engines = groups.engines.get(host, [])
+    shared = shared_gpus_of(engines)
     for engine in engines:
         config = topology_of(plan).engine_config(plan, engine)
         configs += [config] if config is not None else []
@@ -105,7 +107,9 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
             )
         image = images[engine.role.value]
         env_files = _env_files(plan)
-        services.append(engine_service(plan, engine, image, config, env_files, sidecars=own))
+        services.append(
+            engine_service(plan, engine, image, config, env_files, sidecars=own, shared_gpus=shared)
+        )
     if plan.router.host == host:
         config = router_of(plan).config_file(plan)
         configs += [config] if config is not None else []

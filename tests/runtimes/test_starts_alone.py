@@ -1,0 +1,73 @@
+"""Engines that share a GPU start one at a time, restarts included (measured on an H100: a
+prefiller restarted while its decoder was profiling found "No available memory for the cache
+blocks"). The plan names the shared GPUs and the process runtime hands them to each engine's
+supervisor; what the supervisor does with them is in tests/test_supervise.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from generator.paths import Workspace
+from generator.plan import Plan
+from generator.planner import make_plan
+from generator.render import RenderedStack, render_stack
+from generator.runtimes.process_commands import Pythons, ServiceCommands
+from generator.serializers.process_file import load_process_project
+from generator.services.parts import shared_gpus_of
+from generator.spec import Isolation
+from generator.stack import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rendered(stack: str) -> tuple[Plan, RenderedStack]:
+    plan = make_plan(load_spec(Workspace(ROOT).stack_file(stack), ["runtime=process"]))
+    return plan, render_stack(plan, Workspace(ROOT))
+
+
+def test_engines_on_one_gpu_start_alone_on_it(tmp_path: Path) -> None:
+    plan, files = rendered("xpyd-1gpu")  # prefill and decode share GPU 0 (gpu.share)
+    (project,) = files.processes
+    url = {engine.name: engine.url for engine in plan.engines}
+    for name in ("prefill-0", "decode-0"):
+        service = project.service(name)
+        assert service.starts_alone_on == (0,), name
+        assert service.started_when == f"{url[name]}/health"
+    others = [s for s in project.services if s.name not in url]
+    assert others  # its lmcache servers, the router, bench: no GPU of their own to share
+    assert all(s.starts_alone_on == () and s.started_when is None for s in others)
+    path = tmp_path / project.plan_file
+    path.parent.mkdir(parents=True)
+    path.write_text(project.text)
+    assert load_process_project(path, tmp_path).service("decode-0").starts_alone_on == (0,)
+
+
+def test_the_supervisor_is_told_the_gpu_and_the_page(tmp_path: Path) -> None:
+    plan, files = rendered("xpyd-1gpu")
+    (project,) = files.processes
+    python = Path(sys.executable)
+    commands = ServiceCommands(
+        project, ROOT, Pythons(python, python), Isolation.PLAIN, tmp_path, pins_cores=False
+    )
+    service = project.service("decode-0")
+    argv = commands.argv(service, service.command)
+    options = argv[: argv.index("--")]
+    at = options.index("--starts-alone-on")
+    assert options[at : at + 4] == [
+        "--starts-alone-on", "gpu-0", "--started-when", f"{_url(plan, 'decode-0')}/health",
+    ]  # fmt: skip
+    assert options[-1] == "decode-0"
+
+
+def _url(plan: Plan, engine: str) -> str:
+    return next(e.url for e in plan.engines if e.name == engine)
+
+
+def test_engines_on_gpus_of_their_own_start_at_once() -> None:
+    plan, files = rendered("xpyd-mp")  # one host, each engine on GPUs of its own
+    assert shared_gpus_of(plan.engines) == frozenset()
+    (project,) = files.processes
+    assert all(s.starts_alone_on == () for s in project.services)
+    cpu_plan, _ = rendered("cpu-1p1d")  # cores, not GPUs
+    assert shared_gpus_of(cpu_plan.engines) == frozenset()
