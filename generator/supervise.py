@@ -50,14 +50,14 @@ its services stop one after another, and the peer may go first.
 
 With ``--starts-alone-on NAME`` (an engine that shares a GPU with others: NAME is the GPU) and
 ``--started-when URL`` (its own /health) each run of the command, restarts included, starts
-only while no other engine of that name is starting: it takes a lock file named after it,
-beside its PID record, before the command starts and lets it go once the page answers 200,
-once the command has ended, or after an hour. vLLM sizes its KV cache from the GPU memory it
-sees used while it profiles, so a neighbour loading meanwhile is counted as its own (measured
-on an H100: a prefiller restarted while the decoder it had followed was profiling found "No
-available memory for the cache blocks"). `up` starts such engines one after another; this is
-the same order for the restarts that no workflow sees. Several names are taken in sorted
-order, so two engines never wait on each other.
+only while no other engine of that name is starting: it takes a lock file named after it, in
+``$XPYD_LOCK_DIR`` (else beside its PID record), before the command starts and lets it go once
+the page answers 200, once the command has ended, or after an hour. vLLM sizes its KV cache
+from the GPU memory it sees used while it profiles, so a neighbour loading meanwhile is counted
+as its own (measured on an H100: a prefiller restarted while the decoder it had followed was
+profiling found "No available memory for the cache blocks"). `up` starts such engines one after
+another; this is the same order for the restarts that no workflow sees. Several names are taken
+in sorted order, so two engines never wait on each other.
 
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
@@ -108,12 +108,14 @@ from typing import Literal, Protocol
 __all__ = [
     "IN_IMAGE",
     "LINE_PREFIX",
+    "LOCK_DIR_ENV",
     "PID_FILE_ENV",
     "SIGNALS",
     "SOURCE",
     "STOPPING_FILE",
     "PidRecord",
     "Reach",
+    "alone_options",
     "exit_code",
     "last_said",
     "main",
@@ -126,6 +128,9 @@ LINE_PREFIX = "xpyd: "  # its lines on stderr, which `status` looks for
 SOURCE = "generator/supervise.py"  # copied into every image (images/templates)
 IN_IMAGE = "/opt/xpyd/supervise.py"
 PID_FILE_ENV = "XPYD_PID_FILE"
+# Where the start locks of shared GPUs live (every stack of the host: a GPU is the host's);
+# unset: beside the PID record.
+LOCK_DIR_ENV = "XPYD_LOCK_DIR"
 STOPPING_FILE = "stopping"  # in the PID record's folder, while `down` stops the stack
 SIGNALS = ("KILL", "TERM", "STOP", "CONT")  # what a fault sends
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
@@ -479,6 +484,15 @@ def watch_options(
     return registration + peers + [part for url in ends_with for part in ("--ends-with", url)]
 
 
+def alone_options(gpus: Sequence[int], started_when: str | None) -> list[str]:
+    """Starting only while no other engine starts on ``gpus`` (until ``started_when``
+    answers), as this supervisor's options (both runtimes pass them)."""
+    if not gpus or started_when is None:
+        return []
+    names = [part for gpu in gpus for part in ("--starts-alone-on", f"gpu-{gpu}")]
+    return [*names, "--started-when", started_when]
+
+
 def in_image_command(service: str, command: Sequence[str], watch: Sequence[str]) -> list[str]:
     """``command`` under this supervisor, as an image runs it (compose, Kubernetes): restarts
     are the container runtime's, the watches (``watch_options``) its own."""
@@ -804,7 +818,8 @@ class _StartAlone:
 
     def __init__(self, service: str, names: Sequence[str], started_when: str) -> None:
         self.service, self.started_when = service, started_when
-        folder = pid_file(service).parent
+        named = os.environ.get(LOCK_DIR_ENV)
+        folder = Path(named) if named else pid_file(service).parent
         self.locks = [(name, folder / f"start-alone-{name}.lock") for name in sorted(set(names))]
 
     def take(self, asked_to_stop: Callable[[], bool]) -> _Held | None:

@@ -19,7 +19,7 @@ from generator.runtimes.process_state import MARKER_ENV
 from generator.serializers.process import SECRETS_DIR, ProcessProject, ProcessService
 from generator.services.model import Secret
 from generator.spec import Isolation
-from generator.supervise import PID_FILE_ENV, watch_options
+from generator.supervise import LOCK_DIR_ENV, PID_FILE_ENV, alone_options, watch_options
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
 
 __all__ = ["Pythons", "ServiceCommands"]
@@ -80,7 +80,8 @@ class ServiceCommands:
             # No runtime policy restarts a process: its supervisor does, and says so in its log.
             supervisor = [*self.executable(service, "python3"), SUPERVISOR]
             watch = watch_options(service.registered_at, service.restarts_with, service.ends_with)
-            policy = ["--restarts", str(service.max_restarts), *watch, *_alone(service)]
+            alone = alone_options(service.starts_alone_on, service.started_when)
+            policy = ["--restarts", str(service.max_restarts), *watch, *alone]
             argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv
 
@@ -110,6 +111,8 @@ class ServiceCommands:
         env |= self.secret_env(service) | _passed_env(service)
         # Its supervisor keeps the command's PID record here, where `bench --fault` reads it.
         env[PID_FILE_ENV] = str(self.state_dir / f"{service.name}.pid")
+        if service.starts_alone_on:  # over the plan's folder for it: every stack's, as compose's
+            env[LOCK_DIR_ENV] = str(self.state_dir.parent)
         if self.isolation is Isolation.PLAIN and service.gpus and "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = _host_gpu_ids(env["CUDA_VISIBLE_DEVICES"], service.gpus)
         return env
@@ -131,16 +134,6 @@ class ServiceCommands:
                 )
             env["HF_TOKEN"] = os.environ[secret.value]
         return env
-
-
-def _alone(service: ProcessService) -> list[str]:
-    """Its supervisor's options to start only while no other engine starts on its GPUs."""
-    if not service.starts_alone_on or service.started_when is None:
-        return []
-    names = [
-        part for gpu in service.starts_alone_on for part in ("--starts-alone-on", f"gpu-{gpu}")
-    ]
-    return [*names, "--started-when", service.started_when]
 
 
 def _host_gpu_ids(positions: str, visible: tuple[int, ...]) -> str:

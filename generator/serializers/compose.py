@@ -28,7 +28,7 @@ from generator.services.model import (
     watched_pages,
 )
 from generator.spec import GpuAccess
-from generator.supervise import in_image_command, watch_options
+from generator.supervise import alone_options, in_image_command, watch_options
 
 __all__ = [
     "ComposeProject",
@@ -149,7 +149,8 @@ def _command(service: Service) -> list[str]:
     if not service.max_restarts:
         return list(service.command)
     watch = watch_options(service.registered_at, *watched_pages(service.restarts_with))
-    return in_image_command(service.name, service.command, watch)
+    alone = alone_options(service.starts_alone_on, service.started_when)
+    return in_image_command(service.name, service.command, [*watch, *alone])
 
 
 def _runtime(service: Service) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from generator.services.model import (
 )
 from generator.services.observe import observe_services
 from generator.services.parts import (
+    START_LOCKS,
     bench_service,
     engine_service,
     lmcache_service,
@@ -38,6 +39,7 @@ __all__ = ["build_deployment", "image_ref", "project_name"]
 
 _MODEL_CACHE_VOLUME = "xpyd-model-cache"  # shared by every stack on a host: download once
 _VLLM_CACHE_VOLUME = "xpyd-vllm-cache"  # vLLM's own caches, kept across container restarts
+_START_LOCKS_VOLUME = "xpyd-start-locks"  # the start locks of shared GPUs (services.parts)
 
 
 def project_name(plan: Plan, host: str) -> str:
@@ -125,7 +127,7 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
         project_name(plan, host),
         directory,
         tuple(services),
-        volumes=_volumes(plan) if uses_models else (),
+        volumes=(_volumes(plan) if uses_models else ()) + _lock_volume(shared),
         configs=tuple(configs),
         secrets=_secrets(plan) if uses_models else (),
     )
@@ -136,6 +138,12 @@ def _volumes(plan: Plan) -> tuple[Volume, ...]:
         Volume("model-cache", _MODEL_CACHE_VOLUME, plan.hf.cache_dir or None),
         Volume("vllm-cache", _VLLM_CACHE_VOLUME),
     )
+
+
+def _lock_volume(shared_gpus: frozenset[int]) -> tuple[Volume, ...]:
+    """Where engines that share a GPU keep its start lock: one for every stack of the host, as
+    the GPU is the host's."""
+    return (Volume(START_LOCKS, _START_LOCKS_VOLUME),) if shared_gpus else ()
 
 
 def _secrets(plan: Plan) -> tuple[Secret, ...]:

@@ -52,12 +52,14 @@ from generator.services.model import (
     Ulimit,
 )
 from generator.spec import GpuAccess, Profile
+from generator.supervise import LOCK_DIR_ENV
 from generator.topologies import topology_of
 
 __all__ = [
     "CPU_NIXL_PTHR_DELAY_US",
     "HF_HOME",
     "NIXL_PTHR_DELAY_ENV",
+    "START_LOCKS",
     "bench_service",
     "engine_service",
     "gpu_env",
@@ -73,6 +75,8 @@ _START_PERIOD_S = {Profile.GPU: 900, Profile.CPU: 300}
 _LMCACHE_ENV = {"LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0"}
 _SHM_MIB = 1024  # Docker's 64 MiB /dev/shm breaks vLLM and LMCache
 _HF_TOKEN_PATH = "/run/secrets/hf_token"  # a secret, never an env value
+START_LOCKS = "start-locks"  # the volume of shared GPUs' start locks (compose; every stack's)
+_START_LOCKS_DIR = "/run/xpyd/start-locks"
 NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the cpu image's NIXL patch reads it
 CPU_NIXL_PTHR_DELAY_US = 10_000  # longest sleep of an idle progress thread: 100 wakeups/s
 
@@ -113,7 +117,7 @@ def engine_service(
     health = replace(health, ready=HttpEndpoint(engine.http_port, "/v1/models"))
     if sidecars is None:
         sidecars = [s for s in plan.sidecars if s.engine == engine.name]
-    return replace(
+    service = replace(
         service,
         health=health,
         registered_at=topology.registration_url(plan, engine),
@@ -122,6 +126,14 @@ def engine_service(
         max_restarts=plan.recovery.max_restarts,
         starts_alone_on=(alone := _starts_alone_on(plan, engine, shared_gpus)),
         started_when=f"{engine.url}/health" if alone else None,
+    )
+    if not alone:
+        return service
+    # The engines sharing a GPU see one folder of start locks (the process runtime: its state).
+    return replace(
+        service,
+        env=service.env | {LOCK_DIR_ENV: _START_LOCKS_DIR},
+        mounts=(*service.mounts, NamedVolume(START_LOCKS, _START_LOCKS_DIR)),
     )
 
 

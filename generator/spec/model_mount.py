@@ -20,12 +20,14 @@ __all__ = [
 ]
 
 # Where the tool mounts into engine containers (tests/spec/test_paths.py pins it to what
-# renders): the HF and vLLM caches, config files, secrets, the image's own files, sysfs.
+# renders): the HF and vLLM caches, config files, secrets, start locks, the image's own files,
+# sysfs.
 TOOL_CONTAINER_PATHS = (
     "/root/.cache/huggingface",
     "/root/.cache/vllm",
     "/etc/xpyd",
     "/run/secrets",
+    "/run/xpyd",  # the start locks of shared GPUs
     "/opt/xpyd",
     "/sys/devices/system/node",
 )

@@ -123,6 +123,7 @@ ENGINE_ENV: Mapping[str, str] = {
     "NVIDIA_DRIVER_CAPABILITIES": _TOOL,
     "VLLM_CPU_OMP_THREADS_BIND": "placement (hosts[].cpus)",
     "XPYD_NIXL_PTHR_DELAY_US": _TOOL,
+    "XPYD_LOCK_DIR": _TOOL,
     "PYTHONHASHSEED": "the tool's own setting: every instance needs the same KV chunk keys",
     "HF_HOME": "hf.cache_dir",
     "VLLM_CACHE_ROOT": _TOOL,

@@ -8,15 +8,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.runtimes.process_commands import Pythons, ServiceCommands
 from generator.serializers.process_file import load_process_project
-from generator.services.parts import shared_gpus_of
+from generator.services.parts import START_LOCKS, shared_gpus_of
 from generator.spec import Isolation
 from generator.stack import load_spec
+from generator.supervise import LOCK_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,3 +75,35 @@ def test_engines_on_gpus_of_their_own_start_at_once() -> None:
     assert all(s.starts_alone_on == () for s in project.services)
     cpu_plan, _ = rendered("cpu-1p1d")  # cores, not GPUs
     assert shared_gpus_of(cpu_plan.engines) == frozenset()
+
+
+def test_compose_engines_share_one_folder_of_locks(workspace: Workspace) -> None:
+    """Docker restarts each container on its own: the engines' supervisors share a volume of
+    locks, named for every stack of the host (a GPU is the host's)."""
+    document = yaml.safe_load((ROOT / "compose" / "xpyd-1gpu" / "compose.yaml").read_text())
+    assert document["volumes"][START_LOCKS] == {"name": "xpyd-start-locks"}
+    for name in ("prefill-0", "decode-0"):
+        service = document["services"][name]
+        folder = service["environment"][LOCK_DIR_ENV]
+        assert f"{START_LOCKS}:{folder}" in service["volumes"]
+        command = service["command"]
+        assert command[command.index("--starts-alone-on") + 1] == "gpu-0"
+    assert LOCK_DIR_ENV not in document["services"]["router"].get("environment", {})
+    spread = yaml.safe_load((ROOT / "compose" / "xpyd-mp" / "compose.yaml").read_text())
+    assert START_LOCKS not in spread.get("volumes", {})  # each engine on GPUs of its own
+
+
+def test_the_process_runtime_keeps_the_locks_with_every_stacks_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "not-a-token")  # the engines' secret, read at start
+    _, files = rendered("xpyd-1gpu")
+    (project,) = files.processes
+    python = Path(sys.executable)
+    state = tmp_path / ".cache" / "process" / project.name
+    commands = ServiceCommands(
+        project, ROOT, Pythons(python, python), Isolation.PLAIN, state, pins_cores=False
+    )
+    env = commands.environment(project.service("prefill-0"))
+    assert env[LOCK_DIR_ENV] == str(tmp_path / ".cache" / "process")
+    assert LOCK_DIR_ENV not in commands.environment(project.service("router"))

@@ -44,7 +44,8 @@ from generator.services.model import (
     Volume,
     watched_pages,
 )
-from generator.supervise import in_image_command, watch_options
+from generator.services.parts import START_LOCKS
+from generator.supervise import LOCK_DIR_ENV, in_image_command, watch_options
 
 __all__ = [
     "ENV_SECRET",
@@ -84,7 +85,25 @@ class PodPart:
 
     @classmethod
     def of(cls, service: Service, ports: Iterable[tuple[str, int]]) -> PodPart:
-        return cls(service, tuple(sorted(set(ports), key=lambda named: named[1])))
+        return cls(_unlocked(service), tuple(sorted(set(ports), key=lambda named: named[1])))
+
+
+def _unlocked(service: Service) -> Service:
+    """Without the start locks of shared GPUs: a pod's GPUs are its own (the device plugin
+    gives each to one pod), so no other engine starts on them."""
+    if not service.starts_alone_on:
+        return service
+    return replace(
+        service,
+        env={name: value for name, value in service.env.items() if name != LOCK_DIR_ENV},
+        mounts=tuple(
+            m
+            for m in service.mounts
+            if not (isinstance(m, NamedVolume) and m.volume == START_LOCKS)
+        ),
+        starts_alone_on=(),
+        started_when=None,
+    )
 
 
 def pod_spec(
