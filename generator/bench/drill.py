@@ -121,11 +121,13 @@ class DrillResult:
             "failed_before_answer_started": sum(not o.started for o in failed),
             "longest_request_s": max((o.end_s - o.start_s for o in self.outcomes), default=0.0),
             "deadline_s": self.load.deadline_s,
-            "ejected_after_s": None if out is None else out - fault,
+            "ejected_after_s": _after(out, fault),
             "last_failure_after_s": max((o.end_s for o in failed), default=fault) - fault
             if failed
             else None,
-            "recovered_after_s": None if back is None else back - fault,
+            "recovered_after_s": _after(back, fault),
+            "out_again_after_s": _after(self.out_again_at(), fault),
+            "served_again_after_s": _after(self.served_again_at(), fault),
             "never_out": self.never_out(),
             "verdict_after_s": self.verdict_after_s,
             "verdict_during_s": self.verdict_during_s,
@@ -149,6 +151,23 @@ class DrillResult:
             return None
         return next((s.at_s for s in after[left:] if _whole(s)), None)
 
+    def out_again_at(self) -> float | None:
+        """The first look after ``back_at`` at which the service was out again (down,
+        unhealthy, out of rotation, or restarted since): whole again was not for good (on an
+        H100 the restarted pair served again and its first requests ended the decoder)."""
+        back = self.back_at()
+        if back is None:
+            return None
+        after = self.told(back)
+        restarts = after[0].restarts
+        return next((s.at_s for s in after if not _whole(s) or s.restarts > restarts), None)
+
+    def served_again_at(self) -> float | None:
+        """When the first request sent after the fault ended well: the stack serving again,
+        what a user sees (None: no such request; a service may be whole and serve nothing)."""
+        served = [o.end_s for o in self.outcomes if o.ok and o.start_s >= self.fault_at_s]
+        return min(served, default=None)
+
     def told(self, since_s: float = 0.0) -> list[Sample]:
         """The looks from ``since_s`` on that said something (the router answered)."""
         return [s for s in self.samples if s.at_s >= since_s and not s.router_silent]
@@ -162,6 +181,10 @@ class DrillResult:
         return any(s.at_s > end + LOOK_EVERY_S for s in after) and all(
             _whole(s) and s.restarts <= restarts for s in after
         )
+
+
+def _after(moment: float | None, fault_at_s: float) -> float | None:
+    return None if moment is None else moment - fault_at_s
 
 
 def _whole(sample: Sample) -> bool:

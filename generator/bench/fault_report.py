@@ -63,6 +63,7 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"(deadline {load.deadline_s:g} s) |",
         f"| out of the router's rotation after | {_seconds(s['ejected_after_s'])} |",
         f"| last failed request ended after | {_seconds(s['last_failure_after_s'])} |",
+        f"| first request sent after the fault served after | {_served(s)} |",
         f"| service whole again after | {_back(s)} |",
         f"| restarts | {s['restarts']} |",
         f"| verdict as the load ended | {_during(result)} |",
@@ -86,7 +87,14 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
 def _back(summary: dict[str, float | int | None]) -> str:
     if summary["never_out"]:
         return "never out (whole at every look)"
-    return _seconds(summary["recovered_after_s"])
+    back = _seconds(summary["recovered_after_s"])
+    again = summary["out_again_after_s"]
+    return back if again is None else f"{back}, out again after {_seconds(again)}"
+
+
+def _served(summary: dict[str, float | int | None]) -> str:
+    served = summary["served_again_after_s"]
+    return "none served" if served is None else _seconds(served)
 
 
 def _during(result: DrillResult) -> str:

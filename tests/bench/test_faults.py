@@ -320,3 +320,32 @@ def test_a_gpu_engine_and_its_server_that_end_with_each_other_are_back_in_either
     stale = replace(server, started_at=90.0)  # the server from before the fault
     states_stale = {"decode-0": engine, "lmcache-decode-0": stale}
     assert not followers_back_of(states_stale, "decode-0", followers, faulted_at=100.0, mutual=both)
+
+
+def test_whole_again_that_did_not_last_and_nothing_served_are_said(tmp_path: Path) -> None:
+    """As on the H100: the restarted pair was whole at 38 s, its first requests ended the
+    decoder (out again), and no request sent after the kill was ever served."""
+    outcomes = [
+        Outcome(0.0, 2.0, ok=True, started=True, tokens=32),
+        *(Outcome(s, s + 0.1, ok=False, started=False, error="http_500") for s in (12.0, 50.0)),
+    ]
+    samples = [
+        _look(9.0),
+        _look(11.0, "restarting", restarts=1, rotation=False),
+        _look(48.0, restarts=1),
+        _look(57.0, "restarting", restarts=2, rotation=False),
+    ]
+    result = _result(outcomes, samples)
+    summary = result.summary()
+    assert summary["recovered_after_s"] == pytest.approx(38.0)
+    assert summary["out_again_after_s"] == pytest.approx(47.0)
+    assert summary["served_again_after_s"] is None
+    text = write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    assert "| service whole again after | 38.0 s, out again after 47.0 s |" in text
+    assert "| first request sent after the fault served after | none served |" in text
+
+
+def test_served_again_is_the_first_request_sent_after_the_fault_that_ended_well() -> None:
+    summary = _result(OUTCOMES, SAMPLES).summary()
+    assert summary["served_again_after_s"] == pytest.approx(4.0)  # sent at 12 s, ended at 14 s
+    assert summary["out_again_after_s"] is None  # whole from 40 s on
