@@ -811,10 +811,11 @@ def start_time(page: str) -> float | None:
 
 
 class _StartAlone:
-    """The lock files of the GPUs an engine shares (``start-alone-NAME.lock`` beside its PID
-    record), held from before each run of its command until the run serves ``started_when``
-    (or ended, or the limit passed). flock: the kernel lets a lock go with the process that
-    held it, so a supervisor killed while it held one blocks nobody."""
+    """The lock files of the GPUs an engine shares (``start-alone-NAME.lock`` in
+    ``$XPYD_LOCK_DIR``, else beside its PID record), held from before each run of its command
+    until the run serves ``started_when`` (or ended, or the limit passed). flock: the kernel
+    lets a lock go with the process that held it, so a supervisor killed while it held one
+    blocks nobody."""
 
     def __init__(self, service: str, names: Sequence[str], started_when: str) -> None:
         self.service, self.started_when = service, started_when

@@ -163,8 +163,8 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         registered_at=service.registered_at,
         restarts_with=restarts_with,
         ends_with=ends_with,
-        starts_alone_on=service.starts_alone_on if service.max_restarts else (),
-        started_when=service.started_when if service.max_restarts else None,
+        starts_alone_on=service.starts_alone_on,
+        started_when=service.started_when,
     )
 
 

@@ -6,7 +6,7 @@ assembles them per host, with the volumes, config files and secrets the host's s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
@@ -127,7 +127,7 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
         project_name(plan, host),
         directory,
         tuple(services),
-        volumes=(_volumes(plan) if uses_models else ()) + _lock_volume(shared),
+        volumes=(_volumes(plan) if uses_models else ()) + _lock_volume(services),
         configs=tuple(configs),
         secrets=_secrets(plan) if uses_models else (),
     )
@@ -140,10 +140,11 @@ def _volumes(plan: Plan) -> tuple[Volume, ...]:
     )
 
 
-def _lock_volume(shared_gpus: frozenset[int]) -> tuple[Volume, ...]:
+def _lock_volume(services: Sequence[Service]) -> tuple[Volume, ...]:
     """Where engines that share a GPU keep its start lock: one for every stack of the host, as
     the GPU is the host's."""
-    return (Volume(START_LOCKS, _START_LOCKS_VOLUME),) if shared_gpus else ()
+    alone = any(service.starts_alone_on for service in services)
+    return (Volume(START_LOCKS, _START_LOCKS_VOLUME),) if alone else ()
 
 
 def _secrets(plan: Plan) -> tuple[Secret, ...]:

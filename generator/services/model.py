@@ -220,7 +220,7 @@ class Service:
     restarts_with: tuple[PeerWatch, ...] = ()
     # Host GPUs it shares with other engines (gpu.share): each start, restarts included, waits
     # while another engine starts on one of them, until ``started_when`` answers (vLLM sizes
-    # its KV cache from the memory it sees used). Supervised services of the process runtime.
+    # its KV cache from the memory it sees used). Supervised services only (compose, processes).
     starts_alone_on: tuple[int, ...] = ()
     started_when: str | None = None  # its own readiness page, from its own network
     stop_grace_s: int = 30

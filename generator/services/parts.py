@@ -124,6 +124,7 @@ def engine_service(
         restarts_with=_peer_watches(plan, engine.name),
         depends_on=_healthy([sidecar.service for sidecar in sidecars]),
         max_restarts=plan.recovery.max_restarts,
+        # Only a supervisor waits its turn: a service never restarted starts once, in `up`'s order.
         starts_alone_on=(alone := _starts_alone_on(plan, engine, shared_gpus)),
         started_when=f"{engine.url}/health" if alone else None,
     )
@@ -150,7 +151,7 @@ def shared_gpus_of(engines: Iterable[EnginePlan]) -> frozenset[int]:
 def _starts_alone_on(
     plan: Plan, engine: EnginePlan, shared: AbstractSet[int] | None
 ) -> tuple[int, ...]:
-    if not engine.gpus:
+    if not engine.gpus or not plan.recovery.max_restarts:
         return ()
     if shared is None:
         shared = shared_gpus_of(e for e in plan.engines if e.host == engine.host)

@@ -107,3 +107,22 @@ def test_the_process_runtime_keeps_the_locks_with_every_stacks_state(
     env = commands.environment(project.service("prefill-0"))
     assert env[LOCK_DIR_ENV] == str(tmp_path / ".cache" / "process")
     assert LOCK_DIR_ENV not in commands.environment(project.service("router"))
+
+
+def test_a_stack_that_restarts_nothing_takes_no_lock() -> None:
+    """Without a supervisor nothing would take it: `up` starts the engines in turn."""
+    plan = make_plan(
+        load_spec(Workspace(ROOT).stack_file("xpyd-1gpu"), ["recovery.max_restarts=0"])
+    )
+    files = render_stack(plan, Workspace(ROOT))
+    (compose,) = files.projects
+    assert START_LOCKS not in yaml.safe_load(compose.text).get("volumes", {})
+    assert "--starts-alone-on" not in compose.text
+    processes = make_plan(
+        load_spec(
+            Workspace(ROOT).stack_file("xpyd-1gpu"),
+            ["recovery.max_restarts=0", "runtime=process"],
+        )
+    )
+    (project,) = render_stack(processes, Workspace(ROOT)).processes
+    assert all(s.starts_alone_on == () for s in project.services)
