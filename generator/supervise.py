@@ -46,7 +46,8 @@ start again before it does (measured on an H200: 41.87 of 139.8 GiB free at each
 A page that is slow to answer is no reason (vLLM binds its port before its engine starts but
 listens only once it serves: a restarting engine refuses too). While the process runtime's
 ``down`` stops the stack (``STOPPING_FILE`` beside the PID record), a peer gone is no reason:
-its services stop one after another, and the peer may go first.
+its services stop one after another, and the peer may go first. A NIXL push decoder ends with
+its prefillers the same way: it keeps each one's agent and never replaces it.
 
 With ``--starts-alone-on NAME`` (an engine that shares a GPU with others: NAME is the GPU) and
 ``--started-when URL`` (its own /health) each run of the command, restarts included, starts
@@ -57,7 +58,8 @@ from the GPU memory it sees used while it profiles, so a neighbour loading meanw
 as its own (measured on an H100: a prefiller restarted while the decoder it had followed was
 profiling found "No available memory for the cache blocks"). `up` starts such engines one after
 another; this is the same order for the restarts that no workflow sees. Several names are taken
-in sorted order, so two engines never wait on each other.
+in sorted order, so two engines never wait on each other. Such a run watches its peers
+(``--restarts-with``, ``--ends-with``) only once it serves.
 
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
@@ -661,9 +663,16 @@ class _Supervisor:
     def _watch(
         self, child: subprocess.Popen[bytes], done: threading.Event, watches: list[_Watch]
     ) -> None:
-        """Ends ``child`` as a crash once a watch says why it must start again."""
+        """Ends ``child`` as a crash once a watch says why it must start again. Where the run's
+        own page is known (``--started-when``), its peers count only once it serves: before, it
+        has met no peer, so a peer that ends or starts anew meanwhile leaves nothing stale (two
+        engines restarting one after another on one GPU would otherwise end each other)."""
+        later: list[_Watch] = [w for w in watches if isinstance(w, _PeerStart) and self.alone]
+        active = [w for w in watches if w not in later]
         while not done.wait(self.watch_every_s):
-            if (reason := next(filter(None, (watch.look() for watch in watches)), None)) is None:
+            if later and self.alone is not None and _serves(self.alone.started_when):
+                active, later = active + later, []
+            if (reason := next(filter(None, (watch.look() for watch in active)), None)) is None:
                 continue
             _say(f"{self.service} {reason}: ending it")
             _end(child)
@@ -763,11 +772,11 @@ class _PeerGone(_PeerStart):
             self.refused = self.refused + 1 if _nobody_listens(exc) else 0
             if not self.seen or self.refused < _WATCH_MISSES or _stack_stopping():
                 return None
-            return f"saw its peer at {self.url} gone (it maps the peer's GPU memory)"
+            return f"saw its peer at {self.url} gone (it holds the peer's GPU memory or its agent)"
         self.seen, self.refused = True, 0
         if started is None or not self.restarted(started):
             return None
-        return f"saw its peer at {self.url} restart (it maps the peer's GPU memory)"
+        return f"saw its peer at {self.url} restart (it holds the peer's GPU memory or its agent)"
 
 
 def _stack_stopping() -> bool:

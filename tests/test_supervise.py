@@ -242,7 +242,7 @@ class _Page:
     """A page on a free local port whose body ``body()`` gives (None: 503, as a service that
     is restarting)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, port: int = 0) -> None:
         import http.server
         import threading
 
@@ -261,7 +261,7 @@ class _Page:
             def log_message(self, *_: object) -> None:
                 return
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
 
@@ -374,9 +374,9 @@ class _Peer(_Page):
     """A stand-in for a decoder's Prometheus page (only the line the watch reads): the real
     decoder's restart is in the lmcache-pd fault drill (docs/faults.md)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.started: float | None = 1.79e9  # None: does not answer
-        super().__init__("/metrics")
+        super().__init__("/metrics", port)
 
     def body(self) -> str | None:
         if self.started is None:
@@ -465,7 +465,10 @@ def test_a_service_that_maps_a_peer_that_is_gone_is_ended_as_a_crash() -> None:
     finally:
         process.kill()
     assert process.returncode in (1, 128 + signal.SIGTERM)  # a crash: the policy restarts it
-    assert f"mapper saw its peer at {peer.url} gone (it maps the peer's GPU memory)" in stderr
+    assert (
+        f"mapper saw its peer at {peer.url} gone (it holds the peer's GPU memory or its agent)"
+        in stderr
+    )
 
 
 def test_a_mapped_peer_that_restarts_ends_the_service_too() -> None:
@@ -658,3 +661,36 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
     assert "cannot open its start lock" in said
     assert not target.exists()
     assert not marker.exists()
+
+
+def test_a_start_on_a_shared_gpu_watches_its_peer_only_once_it_serves(tmp_path: Path) -> None:
+    """While it starts it has met no peer: the peer seen, then gone, ends nothing (a pair
+    restarting one after another on one GPU would end each other). Once it serves, the peer
+    seen and then gone ends it."""
+    health, peer = _Health(), _Peer()
+    port = peer.server.server_address[1]
+    options = ["--starts-alone-on", "gpu-0", "--started-when", health.url, "--ends-with"]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / SOURCE), *options, peer.url, "decode-0", "--", "sleep",
+         "600"],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={"XPYD_PID_FILE": str(tmp_path / "decode-0.pid"), "XPYD_WATCH_EVERY_S": "0.2",
+             "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        time.sleep(1.0)  # the peer answers meanwhile, but this run does not serve yet
+        peer.close()
+        time.sleep(1.5)
+        assert process.poll() is None
+        health.serving = True
+        time.sleep(1.0)  # watched now: the peer refuses, but it was never seen
+        assert process.poll() is None
+        peer = _Peer(port)
+        time.sleep(1.0)  # seen
+        peer.close()
+        _, said = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        health.close()
+        peer.close()
+    assert f"decode-0 saw its peer at {peer.url} gone" in said

@@ -135,6 +135,9 @@ class PeerWatch:
     service: str
     metrics_url: str  # reachable from the service's own network
     maps_memory: bool = False
+    # Its state about the peer goes stale once the peer is gone, wherever the two run
+    # (Topology.ends_with_peers): the peer gone ends this service, as for a mapper.
+    gone_ends: bool = False
     # Its state about the peer is stale after the peer's new start, mapped or not (a runtime
     # where the mapping cannot happen keeps the watch for this).
     stale: bool = False
@@ -142,9 +145,10 @@ class PeerWatch:
 
 def watched_pages(watches: Sequence[PeerWatch]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The pages the supervisor watches for a new start (``--restarts-with``), and those of
-    the peers whose GPU memory the service maps (``--ends-with``)."""
-    restarts = tuple(w.metrics_url for w in watches if not w.maps_memory)
-    return restarts, tuple(w.metrics_url for w in watches if w.maps_memory)
+    the peers whose GPU memory the service maps or whose end it ends with (``--ends-with``)."""
+    ends = [w for w in watches if w.maps_memory or w.gone_ends]
+    restarts = tuple(w.metrics_url for w in watches if w not in ends)
+    return restarts, tuple(w.metrics_url for w in ends)
 
 
 @dataclass(frozen=True)

@@ -160,26 +160,29 @@ def _starts_alone_on(
 
 def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
     """The engines whose restart leaves ``name`` talking to a process that is gone (the
-    topology's ``stale_after``: an lmcache-pd prefiller's decoders), and those whose GPU memory
-    it maps (``maps_memory_of``: a NIXL pusher's decoders). Peers that go
+    topology's ``stale_after``: an lmcache-pd prefiller's decoders), those whose end leaves its
+    state about them stale (``ends_with_peers``: a NIXL push decoder's prefillers), and those
+    whose GPU memory it maps (``maps_memory_of``: a NIXL pusher's decoders). Peers that go
     stale on each other (P2P servers) are left to `up`: watching each other they would
     restart each other in turn."""
     topology = topology_of(plan)
     stale, maps = topology.stale_after(plan), topology.maps_memory_of(plan)
-    if not stale.get(name) and not maps.get(name):
+    ends = topology.ends_with_peers(plan)
+    if not stale.get(name) and not maps.get(name) and not ends.get(name):
         return ()  # most services: then no lookup table either (one per engine is quadratic)
     engines = {engine.name: engine for engine in plan.engines}
-    mapped = set(maps.get(name, ()))
+    mapped, ending = set(maps.get(name, ())), set(ends.get(name, ()))
     stale_peers = [p for p in stale.get(name, ()) if name not in stale.get(p, ())]
-    watched = [p for p in stale_peers if p not in mapped]
+    peers = dict.fromkeys([*stale_peers, *ends.get(name, ()), *maps.get(name, ())])
     return tuple(
         PeerWatch(
             peer,
             f"{engines[peer].url}/metrics",
             maps_memory=peer in mapped,
+            gone_ends=peer in ending,
             stale=peer in stale_peers,
         )
-        for peer in [*watched, *maps.get(name, ())]
+        for peer in peers
         if peer in engines
     )
 

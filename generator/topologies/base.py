@@ -261,6 +261,12 @@ class TopologyUnit(Protocol):
         leaves it talking to a process that is gone. `up` restarts it then."""
         ...
 
+    def ends_with_peers(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        """Services whose state about a peer goes stale once the peer is gone and that cannot
+        refresh it, wherever the two run: each, and those peers. Its supervisor ends it as
+        soon as the peer is gone, as for a mapper (``maps_memory_of``), so both start anew."""
+        ...
+
     def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """Services that map engines' GPU memory (CUDA IPC, within one host): each, and the
         engines it maps. The mapping keeps a dead engine's GPU memory taken until the mapper

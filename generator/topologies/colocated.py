@@ -101,6 +101,9 @@ class Colocated:
     def stale_after(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         return {}
 
+    def ends_with_peers(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        return {}
+
     def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         return {}
 

@@ -185,6 +185,9 @@ class LMCachePD:
         decoders = tuple(engine.name for engine in plan.decode)
         return {engine.name: decoders for engine in plan.prefill}
 
+    def ends_with_peers(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        return {}  # a sender's stale connections are ``stale_after``'s: a decoder reconnects
+
     def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         # The sender WRITEs into each decoder's LMCache transfer buffer; on a GPU, over CUDA
         # IPC where they share a host (a buffer in host memory is not GPU memory).

@@ -152,12 +152,15 @@ class NixlMP:
         # Fail loudly on a failed KV load instead of silently recomputing the prompt. vLLM
         # reads this at the top level only (measured on 0.32: inside NixlConnector's entry it
         # is ignored).
-        return {
+        config: dict[str, Any] = {
             "kv_connector": "MultiConnector",
             "kv_role": role,
             "kv_load_failure_policy": "fail",
             "kv_connector_extra_config": {"connectors": [nixl, mp]},
         }
+        if _settings(plan).transfer == "push":
+            config["engine_id"] = push_engine_id(plan, engine)
+        return config
 
     def engine_env(self, plan: Plan, engine: EnginePlan) -> dict[str, str]:
         # vLLM binds its side channel at this address: in a pod, the pod's IP (its name
@@ -213,6 +216,16 @@ class NixlMP:
         # reconnect after that peer restarts (NIXL_ERR_REMOTE_DISCONNECT on each load).
         servers = [s.service for s in plan.sidecars if s.engine is not None]
         return {server: tuple(peer for peer in servers if peer != server) for server in servers}
+
+    def ends_with_peers(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        if _settings(plan).transfer != "push":
+            return {}
+        # A decoder keeps the NIXL agent of each prefiller that pushed into it, by engine id,
+        # and vLLM 0.32.0's push path never replaces it (its pull path does); with the
+        # prefiller's id the same at each start (push_engine_id) the decoder would keep
+        # notifying the gone process. Ended at once, it starts before the prefiller serves.
+        prefillers = tuple(engine.name for engine in plan.prefill)
+        return {engine.name: prefillers for engine in plan.decode}
 
     def maps_memory_of(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         if plan.profile is not Profile.GPU:
@@ -297,6 +310,19 @@ def _p2p_issues(spec: Spec) -> Iterator[SpecIssue]:
                 "(lmcache.p2p is on)",
                 f"remove {flag}, or remove lmcache.p2p",
             )
+
+
+def push_engine_id(plan: Plan, engine: EnginePlan) -> str:
+    """The engine's NIXL engine id under push, the same at every start of the engine.
+
+    vllm-router (0.1.17) keeps each prefiller's push identity (engine id, side-channel host and
+    port) from its first answer and sends decoders that identity while it sends the prefill, so
+    after a restart the first requests name an engine id the new process does not have. The
+    decoder's handshake then fails ("Remote NIXL agent engine ID mismatch") and vLLM 0.32.0
+    stops its engine on that failed push (measured on one H100: the pair restarted in a cycle
+    and served nothing). vLLM draws a fresh id per process unless given one. Under pull the id
+    stays vLLM's: its pull path notices a new engine at a known address by the new id."""
+    return f"{plan.stack}-{engine.name}"
 
 
 def _shared_gpu_pull(spec: Spec) -> Iterator[SpecIssue]:

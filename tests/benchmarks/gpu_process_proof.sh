@@ -64,7 +64,7 @@ if [ "$what" = probe ]; then
 fi
 if [ "$what" = fault ]; then
     "$python" -m generator bench "$stack" "${settings[@]}" --fault "$fault" --fault-duration-s "${FAULT_S:-150}" \
-        --run-id "gpu-fault-$stack" || status=1
+        --run-id "gpu-fault-$stack-$(printf %s "$fault" | tr ':@' '--')" || status=1
     "$python" -m generator down "$stack"
     exit "$status"
 fi

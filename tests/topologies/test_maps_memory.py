@@ -76,22 +76,22 @@ def _option(command: list[str], name: str) -> list[str]:
 
 def test_the_rendered_mappers_end_with_their_peers(workspace: Workspace) -> None:
     """Both runtimes pass the watch to the supervisor: compose in the command, the process
-    plan as ``ends_with``."""
+    plan as ``ends_with``. The push decoder ends with its prefiller too (its agent)."""
     plan = plan_of(workspace, "xpyd-1gpu")
     url = {engine.name: f"{engine.url}/metrics" for engine in plan.engines}
     commands = _commands(workspace, "xpyd-1gpu")
     assert _option(commands["prefill-0"], "--ends-with") == [url["decode-0"]]
     assert _option(commands["lmcache-prefill-0"], "--ends-with") == [url["prefill-0"]]
     assert _option(commands["lmcache-decode-0"], "--ends-with") == [url["decode-0"]]
-    for name in ("decode-0", "router"):
-        assert _option(commands[name], "--ends-with") == [], name
+    assert _option(commands["decode-0"], "--ends-with") == [url["prefill-0"]]
+    assert _option(commands["router"], "--ends-with") == []
     for command in commands.values():
         assert _option(command, "--restarts-with") == []
     project = load_process_project(
         workspace.root / "compose" / "xpyd-1gpu" / "processes.yaml", workspace.root
     )
     assert project.service("prefill-0").ends_with == (url["decode-0"],)
-    assert project.service("decode-0").ends_with == ()
+    assert project.service("decode-0").ends_with == (url["prefill-0"],)
     assert project.service("lmcache-decode-0").ends_with == (url["decode-0"],)
 
 
@@ -102,3 +102,25 @@ def test_an_lmcache_pd_sender_on_a_gpu_watches_its_decoders_once(workspace: Work
     for name in ("prefill-0", "prefill-1"):
         assert len(_option(commands[name], "--ends-with")) == 2
         assert _option(commands[name], "--restarts-with") == []
+
+
+def test_a_push_decoder_ends_with_its_prefillers_wherever_they_run(workspace: Workspace) -> None:
+    """vLLM 0.32.0's push path keeps a prefiller's NIXL agent and never replaces it; a pull
+    decoder notices a new prefiller by its new engine id."""
+    plan = plan_of(workspace, "xpyd-1gpu")
+    assert topology_of(plan).ends_with_peers(plan) == {"decode-0": ("prefill-0",)}
+    pulled = plan_of(workspace, "xpyd-mp")
+    assert topology_of(pulled).ends_with_peers(pulled) == {}
+
+
+def test_a_push_engine_keeps_its_nixl_engine_id_across_starts(workspace: Workspace) -> None:
+    """vllm-router keeps a prefiller's push identity from its first answer: a restarted
+    prefiller must keep the id (on one H100 a fresh id cycled the pair). Under pull vLLM
+    draws one per process."""
+    plan = plan_of(workspace, "xpyd-1gpu")
+    topology = topology_of(plan)
+    ids = {e.name: topology.connector_config(plan, e).get("engine_id") for e in plan.engines}
+    assert ids == {"prefill-0": "xpyd-1gpu-prefill-0", "decode-0": "xpyd-1gpu-decode-0"}
+    pulled = plan_of(workspace, "xpyd-mp")
+    configs = [topology_of(pulled).connector_config(pulled, e) for e in pulled.engines]
+    assert all("engine_id" not in config for config in configs)

@@ -176,7 +176,7 @@ def _watched_command(service: Service, pod: frozenset[str]) -> list[str]:
         if watch.service in pod
         else replace(watch, maps_memory=False)
         for watch in service.restarts_with
-        if watch.service in pod or watch.stale or not watch.maps_memory
+        if watch.service in pod or watch.stale or watch.gone_ends or not watch.maps_memory
     ]
     if service.registered_at is None and not watches:
         return list(service.command)
