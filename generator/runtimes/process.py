@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -228,8 +229,18 @@ class ProcessStack:
             listening(entry) if running and self.launcher.local else (),
             restarts=restarts,
             last_exit=last_exit,
-            started_at=entry.started if running else None,
+            started_at=self._command_started(name, entry) if running else None,
         )
+
+    def _command_started(self, name: str, entry: ServiceEntry) -> float:
+        """When its command last started: its supervisor's start, or the last restart's (the
+        supervisor writes the count as it starts the command again; it outlives each run, as
+        a container does not). The fault drill asks whether a peer started anew since."""
+        with contextlib.suppress(OSError):
+            written = os.stat(self._file(name, ".restarts"), follow_symlinks=False)
+            if stat.S_ISREG(written.st_mode) and written.st_mtime > entry.started:
+                return written.st_mtime
+        return entry.started
 
     def _small_file(self, name: str, suffix: str) -> str:
         with contextlib.suppress(ValueError):

@@ -166,6 +166,11 @@ def test_a_service_with_restarts_comes_back_and_says_why(tmp_path: Path) -> None
         assert state.status == "running"
         assert state.last_exit == "flaky exited with 5"  # why, not the restart that followed
         assert "flaky exited with 5" in stack.logs("flaky")
+        # Its start is the command's last, not its supervisor's (the fault drill asks whether
+        # a peer started anew since the fault).
+        supervisor = psutil.Process(int(state.container.split()[1])).create_time()
+        assert state.started_at is not None
+        assert state.started_at > supervisor
     finally:
         stack.down()
     assert stack.ps() == []

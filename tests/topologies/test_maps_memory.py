@@ -119,8 +119,10 @@ def test_a_push_engine_keeps_its_nixl_engine_id_across_starts(workspace: Workspa
     draws one per process."""
     plan = plan_of(workspace, "xpyd-1gpu")
     topology = topology_of(plan)
-    ids = {e.name: topology.connector_config(plan, e).get("engine_id") for e in plan.engines}
+    configs = {e.name: topology.connector_config(plan, e) or {} for e in plan.engines}
+    ids = {name: config.get("engine_id") for name, config in configs.items()}
     assert ids == {"prefill-0": "xpyd-1gpu-prefill-0", "decode-0": "xpyd-1gpu-decode-0"}
     pulled = plan_of(workspace, "xpyd-mp")
-    configs = [topology_of(pulled).connector_config(pulled, e) for e in pulled.engines]
-    assert all("engine_id" not in config for config in configs)
+    pulled_configs = [topology_of(pulled).connector_config(pulled, e) or {} for e in pulled.engines]
+    assert pulled_configs
+    assert all("engine_id" not in config for config in pulled_configs)
