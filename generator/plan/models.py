@@ -36,6 +36,8 @@ from generator.spec import (
 __all__ = [
     "POD_IP_ENV",
     "POD_IP_REF",
+    "POD_NAME_ENV",
+    "POD_NAME_REF",
     "EnginePlan",
     "HFPlan",
     "HostPlan",
@@ -61,6 +63,10 @@ Network = Literal["host", "bridge"]
 # downward API), and Kubernetes expands ``$(POD_IP)`` in later env values and arguments.
 POD_IP_ENV = "POD_IP"
 POD_IP_REF = f"$({POD_IP_ENV})"
+# The pod's own name, the same way (``metadata.name``): a StatefulSet pod keeps it across its
+# containers' restarts, and each replica has its own.
+POD_NAME_ENV = "POD_NAME"
+POD_NAME_REF = f"$({POD_NAME_ENV})"
 
 
 class PortUse(Frozen):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from generator.errors import PlanError, SpecIssue
 from generator.plan.files import ConfigFile, MetricsPage
-from generator.plan.models import POD_IP_REF, EnginePlan, Plan, Role
+from generator.plan.models import POD_IP_REF, POD_NAME_REF, EnginePlan, Plan, Role
 from generator.plan.parts import (
     LMCacheServerPlan,
     NixlMPEngineKV,
@@ -321,8 +321,9 @@ def push_engine_id(plan: Plan, engine: EnginePlan) -> str:
     decoder's handshake then fails ("Remote NIXL agent engine ID mismatch") and vLLM 0.32.0
     stops its engine on that failed push (measured on one H100: the pair restarted in a cycle
     and served nothing). vLLM draws a fresh id per process unless given one. Under pull the id
-    stays vLLM's: its pull path notices a new engine at a known address by the new id."""
-    return f"{plan.stack}-{engine.name}"
+    stays vLLM's: its pull path notices a new engine at a known address by the new id. In a
+    pod, the pod's name: kept across its containers' restarts, its own for each replica."""
+    return POD_NAME_REF if plan.pod_network else f"{plan.stack}-{engine.name}"
 
 
 def _shared_gpu_pull(spec: Spec) -> Iterator[SpecIssue]:

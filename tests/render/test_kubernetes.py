@@ -191,6 +191,24 @@ def test_a_nixl_engine_binds_its_side_channel_at_its_pod_ip_beside_its_own_serve
     assert env["UCX_PROTO_INFO"] == "y"
 
 
+def test_a_push_engine_is_named_by_its_pod_for_nixl() -> None:
+    """Under push an engine keeps its NIXL engine id across restarts (vllm-router keeps a
+    prefiller's push identity): in a pod, the pod's name, kept across its containers'
+    restarts and its own for each replica; Kubernetes expands it in the argument."""
+    workspace = Workspace(Path(__file__).resolve().parents[2])
+    plan = pod_plan(workspace, "xpyd-mp", "nixl.transfer=push")
+    rendered = render_stack(plan, workspace)
+    engine = _workload(rendered, "decode-0")["spec"]["template"]["spec"]["containers"][0]
+    assert _env(engine)["POD_NAME"] == {
+        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}
+    }
+    config = engine["args"][engine["args"].index("--kv-transfer-config") + 1]
+    assert json.loads(config)["engine_id"] == "$(POD_NAME)"
+    pulled = _workload(exported("xpyd-mp")[1], "decode-0")["spec"]["template"]["spec"]
+    pulled_args = pulled["containers"][0]["args"]
+    assert "engine_id" not in json.loads(pulled_args[pulled_args.index("--kv-transfer-config") + 1])
+
+
 def test_gpu_engines_ask_for_their_tp_size_and_rdma_only_across_nodes() -> None:
     _, tp8 = exported("xpyd-tp8")
     resources = _workload(tp8, "decode-0")["spec"]["template"]["spec"]["containers"][0]

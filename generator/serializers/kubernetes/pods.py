@@ -31,7 +31,7 @@ from pathlib import PurePosixPath
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from generator.plan.models import POD_IP_ENV, POD_IP_REF
+from generator.plan.models import POD_IP_ENV, POD_IP_REF, POD_NAME_ENV, POD_NAME_REF
 from generator.services.model import (
     BindMount,
     ConfigFile,
@@ -198,7 +198,11 @@ def _in_pod(url: str, pod: frozenset[str]) -> str:
 
 def _env(service: Service, *, own_gpus: bool) -> list[dict[str, Any]]:
     pod_ip = {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}
-    env: list[dict[str, Any]] = [{"name": POD_IP_ENV, "valueFrom": pod_ip}]
+    pod_name = {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    env: list[dict[str, Any]] = [
+        {"name": POD_IP_ENV, "valueFrom": pod_ip},
+        {"name": POD_NAME_ENV, "valueFrom": pod_name},
+    ]
     # The runtime's GPU choice (gpu_env) is the device plugin's here; CUDA_VISIBLE_DEVICES
     # (env) numbers the pod's own GPUs from 0.
     env += [{"name": name, "value": _literal(value)} for name, value in service.env.items()]
@@ -342,5 +346,8 @@ def _token_volume() -> dict[str, Any]:
 
 def _literal(value: str) -> str:
     """Kubernetes expands ``$(VAR)`` in env values and arguments and reads ``$$`` as ``$``:
-    every ``$`` is kept literal except the plan's own reference to the pod's IP."""
-    return value.replace("$", "$$").replace(f"$${POD_IP_REF[1:]}", POD_IP_REF)
+    every ``$`` is kept literal except the plan's own references to the pod's IP and name."""
+    literal = value.replace("$", "$$")
+    for ref in (POD_IP_REF, POD_NAME_REF):
+        literal = literal.replace(f"${ref}", ref)
+    return literal
