@@ -35,6 +35,15 @@ def _wait_for(path: Path, within_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def _first_line(path: Path, within_s: float = 30.0) -> str:
+    """Once ``path`` holds a whole line (a shell's ``>>`` makes the file before it writes)."""
+    deadline = time.monotonic() + within_s
+    while not (path.exists() and "\n" in (text := path.read_text())):
+        assert time.monotonic() < deadline, f"{path} never got a line"
+        time.sleep(0.05)
+    return text.splitlines()[0]
+
+
 def test_an_exit_0_nobody_asked_for_is_a_failure() -> None:
     run = subprocess.run([*SUPERVISE, "true"], capture_output=True, text=True, check=False)
     assert run.returncode == 1
@@ -601,11 +610,10 @@ def test_a_start_that_ended_unserved_lets_the_next_go(tmp_path: Path) -> None:
     first = _alone("prefill-0", crashing, crashed, tmp_path, runs="1; exit 1")
     second: subprocess.Popen[str] | None = None
     try:
-        _wait_for(crashed)
+        crashed_at = float(_first_line(crashed))
         second = _alone("decode-0", waiting, ran, tmp_path)
         assert first.wait(timeout=30) == 1
-        _wait_for(ran, within_s=5.0)
-        started_after = float(ran.read_text()) - float(crashed.read_text())
+        started_after = float(_first_line(ran, within_s=5.0)) - crashed_at
         assert started_after >= 0.9  # not before the first run ended
     finally:
         for process in (first, second):

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from generator.bench.engine_settings import engine_settings
 from generator.bench.fault_load import LoadSettings, Outcome, run_load
 from generator.bench.faults import LOOK_EVERY_S, Fault, FaultAction, signal_service
 from generator.bench.link_cut import cut_link, restore_link
@@ -100,6 +101,9 @@ class DrillResult:
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
     link_restored: bool | None = None  # a link cut's end: None, no cut
     fault_for_s: float | None = None  # a cut's or a stop's length
+    # What changes how long a start takes and how KV moves (bench.engine_settings): CUDA
+    # graphs or eager, block size, GPU share or KV cache size, transfer mode.
+    engine_settings: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -224,7 +228,13 @@ def _drill(
     context = make_context(plan, workspace, options, None, reporter, directory=folder / "up")
     up_stack(context)  # a stack that does not come up, or fails its verdict: nothing to drill
     result = DrillResult(
-        plan.stack, plan.router.kind.value, fault.label, fault.at_s, load, fault_for_s=fault.for_s
+        plan.stack,
+        plan.router.kind.value,
+        fault.label,
+        fault.at_s,
+        load,
+        fault_for_s=fault.for_s,
+        engine_settings=engine_settings(plan),
     )
     watched = fault.watched(plan)
     origin = time.monotonic()

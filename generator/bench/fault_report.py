@@ -50,6 +50,7 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"Hardware: {hardware}. Load: {load.concurrency} clients, each one streamed completion "
         f"after another ({load.prompt_words}-word prompts, {load.max_tokens} tokens), "
         f"{load.duration_s:g} s, deadline {load.deadline_s:g} s per request.",
+        *_settings(result),
         f"Injected: {result.injected.strip() or '-'}"
         + (f" (the step took {result.injected_in_s:.1f} s)" if result.injected_in_s else ""),
         _ending(result),
@@ -95,6 +96,15 @@ def _back(summary: dict[str, float | int | None]) -> str:
 def _served(summary: dict[str, float | int | None]) -> str:
     served = summary["served_again_after_s"]
     return "none served" if served is None else _seconds(served)
+
+
+def _settings(result: DrillResult) -> list[str]:
+    """The engines' settings that change how long a start takes (CUDA graphs are captured at
+    each start) and how KV moves; none for a drill recorded before they were."""
+    if not result.engine_settings:
+        return []
+    named = ", ".join(f"{name} {value}" for name, value in result.engine_settings.items())
+    return [f"Engines: {named}."]
 
 
 def _during(result: DrillResult) -> str:

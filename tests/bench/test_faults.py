@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from generator.bench.drill import DrillResult, Sample, combined_sample, followers_back_of
+from generator.bench.engine_settings import engine_settings
 from generator.bench.fault_load import LoadSettings, Outcome
 from generator.bench.fault_report import per_second, write_fault_report
 from generator.bench.faults import Fault, FaultAction, FaultError, parse_fault
@@ -349,3 +350,18 @@ def test_served_again_is_the_first_request_sent_after_the_fault_that_ended_well(
     summary = _result(OUTCOMES, SAMPLES).summary()
     assert summary["served_again_after_s"] == pytest.approx(4.0)  # sent at 12 s, ended at 14 s
     assert summary["out_again_after_s"] is None  # whole from 40 s on
+
+
+def test_the_report_names_the_engine_settings_that_change_a_restart(
+    plan: Plan, tmp_path: Path
+) -> None:
+    """Eager or CUDA graphs (captured at each start), block size, the engines' memory, how KV
+    moves: read from the plan the drill ran; a drill recorded before them says nothing."""
+    result = _result(OUTCOMES, SAMPLES)
+    assert "Engines:" not in write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    result.engine_settings = engine_settings(plan)
+    text = write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("Engines: ")]
+    assert "execution eager (--enforce-eager)" in line
+    assert "KV transfer pull (the decoder reads)" in line
+    assert result.as_dict()["engine_settings"] == result.engine_settings
