@@ -96,6 +96,9 @@ class DrillResult:
     # stack serve without it?
     verdict_during: bool | None = None
     verdict_during_s: float | None = None  # since the fault
+    # It failed, and the service was whole again by its end: a router that took the engine
+    # back meanwhile sent it a request the verdict's view (without it) could not judge.
+    verdict_during_void: bool = False
     last_exit: str | None = None  # the service's, from `status`
     injected: str = ""  # what the signal step printed
     injected_in_s: float | None = None  # how long the signal step took (docker exec)
@@ -264,6 +267,7 @@ def _drill(
         result.verdict_during, result.verdict_during_s = _verdict(
             context, reporter, "during-recovery", origin, result.fault_at_s, down=watched
         )
+        result.verdict_during_void = not result.verdict_during and _whole_now(result)
     _await_recovery(
         result, origin, context, reporter, limit_s=_RECOVERY_LIMIT_S * options.wait_scale
     )

@@ -111,6 +111,8 @@ def _during(result: DrillResult) -> str:
     if result.verdict_during is None:
         return f"not run (the service {'never left' if result.never_out() else 'was whole again'})"
     passed = "PASS" if result.verdict_during else "FAIL"
+    if result.verdict_during_void:
+        passed = "void: the service came back while it ran, and its view left it out"
     return f"{passed} ({_seconds(result.verdict_during_s)} after the fault, the service not back)"
 
 

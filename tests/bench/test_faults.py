@@ -365,3 +365,15 @@ def test_the_report_names_the_engine_settings_that_change_a_restart(
     assert "execution eager (--enforce-eager)" in line
     assert "KV transfer pull (the decoder reads)" in line
     assert result.as_dict()["engine_settings"] == result.engine_settings
+
+
+def test_a_verdict_the_service_came_back_during_is_said_void(tmp_path: Path) -> None:
+    """CI, 2026-12-06: decode-0 was whole again while the verdict that left it out ran; the
+    proxy sent it the verdict's completion, and the pair check failed on a serving engine."""
+    result = _result(OUTCOMES, SAMPLES)
+    result.verdict_during, result.verdict_during_s = False, 16.6
+    text = write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    assert "| verdict as the load ended | FAIL (16.6 s after the fault" in text
+    result.verdict_during_void = True
+    text = write_fault_report(result, tmp_path, hardware="by hand").read_text()
+    assert "| verdict as the load ended | void: the service came back while it ran" in text
