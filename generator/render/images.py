@@ -15,11 +15,12 @@ from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE
+from generator.plan.resolve import CPU_NIXL_IDLE_DELAY_US
 from generator.render.jinja import render_template
 from generator.routers import router_of
 from generator.routers.base import ROUTER_LOCK
 from generator.services.model import ImageRef
-from generator.services.parts import CPU_NIXL_PTHR_DELAY_US, NIXL_PTHR_DELAY_ENV
+from generator.services.parts import NIXL_PTHR_DELAY_ENV
 from generator.spec import Profile
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 from generator.supervise import SOURCE as SUPERVISOR
@@ -31,7 +32,7 @@ __all__ = [
     "CPU_CONNECTOR",
     "CPU_FEATURES",
     "ENGINE_LOCK",
-    "FIX_CPU_VENV",
+    "FIX_ENGINE_VENV",
     "GPU_ENGINE_LOCK",
     "ROUTER_LOCK",
     "ImageBuild",
@@ -67,7 +68,7 @@ _CPU_PIP_GAPS = [
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib
 CPU_FEATURES = "generator/cpu_features.py"  # standalone: the cpu venv's AMX permission (.pth)
-FIX_CPU_VENV = "images/assets/fix_cpu_venv.py"  # the vllm alias and NIXL's idle patch
+FIX_ENGINE_VENV = "images/assets/fix_engine_venv.py"  # NIXL's idle patch (and cpu: vllm alias)
 _VLLM_HELP = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 
 
@@ -154,13 +155,12 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "check_args": _check_args(pip_gaps, cpu=cpu),
         "kv_probe": KV_PROBE,
         "cpu_features": CPU_FEATURES,
-        "fix_script": FIX_CPU_VENV,
+        "fix_script": FIX_ENGINE_VENV,
         "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
         "supervisor": [SUPERVISOR, SUPERVISOR_IN_IMAGE],
     }
-    inputs = [lock, BUILD_TOOLS_LOCK, _CHECK_SCRIPT, KV_PROBE, SUPERVISOR] + (
-        [CPU_FEATURES, FIX_CPU_VENV] if cpu else []
-    )
+    inputs = [lock, BUILD_TOOLS_LOCK, _CHECK_SCRIPT, KV_PROBE, SUPERVISOR, FIX_ENGINE_VENV]
+    inputs += [CPU_FEATURES] if cpu else []
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     return _BaseStages(template, context, inputs, base_image)
 
@@ -181,7 +181,7 @@ def _check_args(pip_gaps: list[tuple[str, str]], *, cpu: bool) -> list[str]:
     args = [f"--connector {name}" for name in _KV_CONNECTORS]
     # The cpu image's NIXL patch and AMX permission (engine-base-cpu.Dockerfile.j2), checked
     # while building.
-    args += [f"--nixl-idle-delay-us {CPU_NIXL_PTHR_DELAY_US}", "--amx-permission"] if cpu else []
+    args += [f"--nixl-idle-delay-us {CPU_NIXL_IDLE_DELAY_US}", "--amx-permission"] if cpu else []
     return args + [f"--allow-missing {dist}:{requirement}" for dist, requirement in pip_gaps]
 
 

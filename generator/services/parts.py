@@ -12,12 +12,11 @@ Why the non-obvious settings are there (measured: docs/facts.md):
   two unpinned engines on two cores stalled for the 30 s KV lease) and see an empty
   ``/sys/devices/system/node``: vLLM's NIXL worker otherwise reads the host NUMA layout,
   ignores the cpuset and fails ``sched_setaffinity``.
-- CPU engines give NIXL's UCX progress thread a poll timeout (``NIXL_PTHR_DELAY_ENV``, read by
-  the cpu image's patch of NIXL's Python agent): NIXL hard-codes 0, and the thread then spins
-  60-80% of each engine's core on an idle stack. It sleeps on the UCX worker's event fd, so
-  KV traffic still wakes it at once; the timeout only bounds a sleep. GPU engines keep NIXL's
-  default (their image is not patched: a GPU host has cores to spare, and the latency of
-  RDMA/NVLink transfers there was not measured with a timeout).
+- Engines and LMCache servers give NIXL's UCX progress thread the plan's poll timeout
+  (``NIXL_PTHR_DELAY_ENV``, read by the images' patch of NIXL's Python agent): NIXL hard-codes
+  0, and the thread then spins 60-100% of a core per engine on an idle stack. It sleeps on the
+  UCX worker's event fd, so KV traffic still wakes it at once; the timeout only bounds a
+  sleep. The default per profile is in generator/plan/resolve.py.
 - Healthchecks have a finite ``start_period``: a vLLM that cannot bind its NIXL side channel
   hangs in "starting" forever instead of exiting.
 """
@@ -56,7 +55,6 @@ from generator.supervise import LOCK_DIR_ENV
 from generator.topologies import topology_of
 
 __all__ = [
-    "CPU_NIXL_PTHR_DELAY_US",
     "HF_HOME",
     "NIXL_PTHR_DELAY_ENV",
     "START_LOCKS",
@@ -77,8 +75,7 @@ _SHM_MIB = 1024  # Docker's 64 MiB /dev/shm breaks vLLM and LMCache
 _HF_TOKEN_PATH = "/run/secrets/hf_token"  # a secret, never an env value
 START_LOCKS = "start-locks"  # the volume of shared GPUs' start locks (compose; every stack's)
 _START_LOCKS_DIR = "/run/xpyd/start-locks"
-NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the cpu image's NIXL patch reads it
-CPU_NIXL_PTHR_DELAY_US = 10_000  # longest sleep of an idle progress thread: 100 wakeups/s
+NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the images' NIXL patch reads it
 
 
 def engine_service(
@@ -209,11 +206,9 @@ def lmcache_service(
     if stack_sidecars is None:
         stack_sidecars = [s for s in plan.sidecars if s.engine is None]
     stack = [s.service for s in stack_sidecars if s.host == engine.host]
-    env = dict(_LMCACHE_ENV)
-    if plan.profile is Profile.CPU:
-        # A server with P2P on makes a NIXL agent (its transfer channel): the same patched
-        # progress thread as the engines', which spins a core idle without a poll timeout.
-        env[NIXL_PTHR_DELAY_ENV] = str(CPU_NIXL_PTHR_DELAY_US)
+    # A server with P2P on makes a NIXL agent (its transfer channel): the same patched
+    # progress thread as the engines', which spins a core idle without a poll timeout.
+    env = _LMCACHE_ENV | _nixl_idle_env(plan)
     return replace(
         service,
         env=env,
@@ -303,8 +298,15 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, engine.cuda_devices))
     else:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
-        env[NIXL_PTHR_DELAY_ENV] = str(CPU_NIXL_PTHR_DELAY_US)
+    env |= _nixl_idle_env(plan)
     return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
+
+
+def _nixl_idle_env(plan: Plan) -> dict[str, str]:
+    """NIXL's idle progress thread's poll timeout, where the plan asks for one (unset: NIXL's
+    own 0, the patch's default)."""
+    delay = plan.ucx.nixl_idle_delay_us
+    return {NIXL_PTHR_DELAY_ENV: str(delay)} if delay else {}
 
 
 def _networked(plan: Plan, service: Service, published: list[int], public: int = 0) -> Service:

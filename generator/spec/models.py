@@ -414,6 +414,14 @@ class NetworkingSpec(StrictModel):
     )
     ucx_tls: UcxTransports | None = None
     ucx_net_devices: UcxDevices | None = "all"
+    nixl_idle_delay_us: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="longest sleep (microseconds) of NIXL's UCX progress thread while no KV "
+        "moves, in every engine and LMCache server; NIXL's own is 0: the thread spins a core. "
+        "Default: 10000 on cpu, 0 on GPUs (see docs/facts.md)",
+    )
 
 
 class VersionOverrides(StrictModel):

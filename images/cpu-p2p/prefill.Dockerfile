@@ -58,9 +58,9 @@ ENV PATH=/opt/venv/bin:$PATH \
 # A "vllm" metadata alias for vLLM's own CLI, and NIXL's hard-coded zero poll timeout made
 # to read XPYD_NIXL_PTHR_DELAY_US (its UCX progress thread otherwise spins most of an
 # engine's core on an idle stack; the build check below measures it). Both in
-# images/assets/fix_cpu_venv.py, which the process runtime's env runs too.
-COPY ["images/assets/fix_cpu_venv.py", "/tmp/fix_cpu_venv.py"]
-RUN ["python3", "/tmp/fix_cpu_venv.py", "--vllm-version", "0.32.0", "--delay-env", "XPYD_NIXL_PTHR_DELAY_US"]
+# images/assets/fix_engine_venv.py, which the process runtime's env runs too.
+COPY ["images/assets/fix_engine_venv.py", "/tmp/fix_engine_venv.py"]
+RUN ["python3", "/tmp/fix_engine_venv.py", "--vllm-version", "0.32.0", "--delay-env", "XPYD_NIXL_PTHR_DELAY_US"]
 
 # === BEGIN AMX tile permission ===
 # vLLM CPU 0.32.0 runs its AMX attention kernel where the CPU has AMX but never asks

@@ -44,6 +44,13 @@ ENV PYTHONUNBUFFERED=1 \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1
 
+# === BEGIN venv fix: NIXL progress thread idle ===
+# NIXL's hard-coded zero poll timeout made to read XPYD_NIXL_PTHR_DELAY_US (unset or 0: upstream's
+# behaviour; its UCX progress thread otherwise spins a core per engine on an idle stack).
+# images/assets/fix_engine_venv.py, which the process runtime's env runs too.
+COPY ["images/assets/fix_engine_venv.py", "/tmp/fix_engine_venv.py"]
+RUN ["python3", "/tmp/fix_engine_venv.py", "--delay-env", "XPYD_NIXL_PTHR_DELAY_US"]
+
 # === BEGIN build-time checks ===
 # A broken image fails here, while building, not while serving: pip check (less the gaps named
 # on purpose), NIXL's UCX plugin, vLLM's KV connectors and, with --cuda-major, LMCache's CUDA

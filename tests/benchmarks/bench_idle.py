@@ -1,4 +1,4 @@
-"""Benchmark: CPU that an idle cpu stack burns, per container, in % of one core.
+"""Benchmark: CPU that an idle stack burns, per container (or service), in % of one core.
 
 A stack with no requests in flight should be quiet: a laptop or a CI runner with 2 cores
 shares them with everything else. This samples each container's cgroup CPU counter (cgroup
@@ -6,9 +6,16 @@ v1 ``cpuacct.usage`` or v2 ``cpu.stat``, read on the host: exact, unlike `docker
 one-second snapshot) over a window after the stack has settled, and the busiest threads
 (``/proc/<tid>/stat``) so a regression names its thread.
 
+Under the process runtime (``--project``: a GPU host without Docker) a service is every
+process carrying the marker `up` gave it (``XPYD_OWNER`` in its environment, read from the
+project's state file): the supervisor, vLLM's API server and its engine core. Only read,
+never signalled.
+
 Run: python tests/benchmarks/bench_idle.py [STACK] [--up] [--window-s 45] [--settle-s 30]
+     python tests/benchmarks/bench_idle.py --project xpyd-xpyd-1gpu [--window-s 45] ...
   STACK defaults to cpu-1p1d; its containers must be running, or pass --up to bring the
-  stack up first (`python -m generator up`) and down afterwards. Needs root (reads /proc).
+  stack up first (`python -m generator up`) and down afterwards. --project: a running
+  process-runtime project (its folder under .cache/process/). Needs root (reads /proc).
 """
 
 from __future__ import annotations
@@ -18,15 +25,27 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 ROOT = Path(__file__).resolve().parents[2]
 CGROUP = Path("/sys/fs/cgroup")
 NS_PER_S = 1e9
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+class Group(Protocol):
+    """What is sampled: a name, its CPU time so far and its threads now."""
+
+    @property
+    def name(self) -> str: ...
+
+    def usage_ns(self) -> int: ...
+
+    def thread_ids(self) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,56 @@ class Container:
             pids = (self.cgroup_dir / "cgroup.procs").read_text().split()
             return [int(t.name) for p in pids for t in Path(f"/proc/{p}/task").glob("*")]
         return [int(tid) for tid in (self.cgroup_dir / "tasks").read_text().split()]
+
+
+@dataclass(frozen=True)
+class ProcessService:
+    """A process-runtime service: the processes whose environment carries its marker."""
+
+    name: str
+    marker: bytes  # b"XPYD_OWNER=<token>"
+
+    def pids(self) -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:  # gone, or a kernel thread
+                continue
+            if self.marker in environ.split(b"\0"):
+                found.append(int(entry.name))
+        return found
+
+    def usage_ns(self) -> int:
+        ticks = 0
+        for pid in self.pids():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime: every thread's, ended too
+        return int(ticks * NS_PER_S / TICKS_PER_S)
+
+    def thread_ids(self) -> list[int]:
+        return [int(t.name) for p in self.pids() for t in Path(f"/proc/{p}/task").glob("*")]
+
+
+def project_services(project: str) -> list[ProcessService]:
+    sys.path.insert(0, str(ROOT))
+    from generator.runtimes.process_state import MARKER_ENV, read_state
+
+    folder = ROOT / ".cache" / "process" / project
+    state = read_state(folder, project)
+    if state is None:
+        sys.exit(f"no state of project {project} in {folder}: is it up?")
+    return [
+        ProcessService(name, f"{MARKER_ENV}={entry.marker}".encode())
+        for name, entry in sorted(state.services.items())
+        if not entry.oneoff
+    ]
 
 
 def docker_lines(*args: str) -> list[str]:
@@ -100,7 +169,7 @@ def thread_ticks(tids: list[int]) -> dict[tuple[int, str], int]:
     return ticks
 
 
-def sample(containers: list[Container], window_s: float, top: int) -> None:
+def sample(containers: Sequence[Group], window_s: float, top: int) -> None:
     start_ns = {c.name: c.usage_ns() for c in containers}
     start_ticks = {c.name: thread_ticks(c.thread_ids()) for c in containers}
     began = time.monotonic()
@@ -143,7 +212,16 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=45.0, help="sampling window")
     parser.add_argument("--settle-s", type=float, default=30.0, help="idle time before sampling")
     parser.add_argument("--top", type=int, default=3, help="busiest threads shown per container")
+    parser.add_argument("--project", help="a running process-runtime project instead of STACK")
     args = parser.parse_args()
+    if args.project:
+        services = project_services(args.project)
+        print(
+            f"{args.project}: {len(services)} services; settling {args.settle_s:.0f} s", flush=True
+        )
+        time.sleep(args.settle_s)
+        sample(services, args.window_s, args.top)
+        return
     with stack_up(args.stack, args.up):
         containers = stack_containers(args.stack)
         if not containers:

@@ -6,6 +6,7 @@
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR [up|bench|both]
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR fault [FAULT]
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR probe
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR idle
 #
 # STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
 # (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
@@ -25,6 +26,9 @@
 # ENGINE_PY; STACK, ROUTER_PY and MODEL_DIR unused): 1 GiB WRITEs as one descriptor and as
 # 32, 128 and 512 KiB ones, with no UCX worker threads and with vLLM's 4; a JSON line each
 # (docs/facts.md, "Two processes on ONE GPU").
+# `idle`: NIXL's progress-thread delay (networking.nixl_idle_delay_us), for each of DELAYS
+# (default "0 10000"): `up` (the smoke verdict's KV rate), the idle CPU of each service
+# (tests/benchmarks/bench_idle.py --project), seed A's benchmark on the stack (P/D only), down.
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 # The spec takes absolute paths; -s keeps a venv's python link (resolved, it leaves the venv).
@@ -59,6 +63,18 @@ if [ "$what" = probe ]; then
                 --block-kib "$block" --threads "$threads" --timeout-s 120 || status=1
             wait
         done
+    done
+    exit "$status"
+fi
+if [ "$what" = idle ]; then
+    for delay in ${DELAYS:-0 10000}; do
+        with=("${settings[@]}" --set "networking.nixl_idle_delay_us=$delay")
+        "$python" -m generator up "$stack" "${with[@]}" --run-id "gpu-idle-$stack-$delay-up" || status=1
+        "$python" tests/benchmarks/bench_idle.py --project "xpyd-$stack" --settle-s 20 \
+            --window-s "${IDLE_WINDOW_S:-30}" || status=1
+        "$python" -m generator bench "$stack" "${with[@]}" --preset seed-xpyd \
+            --run-id "gpu-idle-$stack-$delay-bench" || status=1
+        "$python" -m generator down "$stack"
     done
     exit "$status"
 fi

@@ -59,16 +59,21 @@ def test_cpu_engine_checks_itself_without_cuda(workspace: Workspace) -> None:
     assert "--connector LMCacheMPConnector" in check
 
 
-def test_only_the_cpu_engine_patches_nixl_and_measures_its_idle_thread(
+def test_both_engine_images_patch_nixl_and_the_cpu_one_measures_its_idle_thread(
     workspace: Workspace,
 ) -> None:
     cpu = engine_base(workspace, "cpu-1p1d").text
-    fix = '["python3", "/tmp/fix_cpu_venv.py", "--vllm-version", "0.32.0", "--delay-env", '
+    fix = '["python3", "/tmp/fix_engine_venv.py", "--vllm-version", "0.32.0", "--delay-env", '
     assert fix + '"XPYD_NIXL_PTHR_DELAY_US"]' in cpu  # the patch itself: tests/images
     check = cpu[cpu.index("RUN python3 /opt/xpyd/check_engine_image.py") :]
     assert "--nixl-idle-delay-us 10000" in check
     gpu = engine_base(workspace, "xpyd").text
-    assert "fix_cpu_venv" not in gpu
+    # No vllm alias on a GPU (upstream's vLLM is "vllm"); no idle measurement while building
+    # (the build host may have no GPU, and a GPU engine's default delay is NIXL's own).
+    assert (
+        'RUN ["python3", "/tmp/fix_engine_venv.py", "--delay-env", "XPYD_NIXL_PTHR_DELAY_US"]'
+        in gpu
+    )
     assert "--nixl-idle-delay-us" not in gpu
 
 

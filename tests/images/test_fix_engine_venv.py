@@ -1,5 +1,6 @@
-"""images/assets/fix_cpu_venv.py on fake site-packages folders: the vllm alias, and NIXL's
-patch (made once, kept when run again, refused when NIXL's line changed). The real NIXL is
+"""images/assets/fix_engine_venv.py on fake site-packages folders: the vllm alias, and NIXL's
+patch (made once, kept when run again, refused when NIXL's line changed, made where Python
+imports each variant from). The real NIXL is
 patched in every cpu image build, whose check measures the idle thread (test_check_engine_image)."""
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/fix_cpu_venv.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/fix_engine_venv.py"
 UPSTREAM = "class A:\n    def __init__(self):\n        agent_config.pthrDelay = 0\n        more()\n"
 
 
 @pytest.fixture(scope="module")
 def fix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fix_cpu_venv", SCRIPT)
+    spec = importlib.util.spec_from_file_location("fix_engine_venv", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -24,22 +25,22 @@ def fix() -> ModuleType:
     return module
 
 
-def nixl(site: Path, text: str) -> Path:
-    (site / "nixl_cu12").mkdir()
-    api = site / "nixl_cu12" / "_api.py"
+def nixl(site: Path, text: str, variant: str = "nixl_cu12") -> Path:
+    (site / variant).mkdir(parents=True)
+    api = site / variant / "_api.py"
     api.write_text(text)
     return api
 
 
 def test_the_delay_is_read_from_the_environment_once(fix: ModuleType, tmp_path: Path) -> None:
     api = nixl(tmp_path, UPSTREAM)
-    fix.patch_nixl_delay(tmp_path, "XPYD_NIXL_PTHR_DELAY_US")
+    fix.patch_nixl_delay([tmp_path], "XPYD_NIXL_PTHR_DELAY_US")
     patched = api.read_text()
     assert (
         'pthrDelay = int(__import__("os").environ.get("XPYD_NIXL_PTHR_DELAY_US", "0"))' in patched
     )
     assert "pthrDelay = 0\n" not in patched
-    fix.patch_nixl_delay(tmp_path, "XPYD_NIXL_PTHR_DELAY_US")  # again: nothing changes
+    fix.patch_nixl_delay([tmp_path], "XPYD_NIXL_PTHR_DELAY_US")  # again: nothing changes
     assert api.read_text() == patched
     compile(patched, str(api), "exec")  # still Python
 
@@ -47,7 +48,7 @@ def test_the_delay_is_read_from_the_environment_once(fix: ModuleType, tmp_path: 
 def test_a_nixl_that_changed_the_line_is_refused(fix: ModuleType, tmp_path: Path) -> None:
     nixl(tmp_path, UPSTREAM.replace("pthrDelay = 0", "pthrDelay = config.delay"))
     with pytest.raises(SystemExit, match="no longer hard-codes pthrDelay = 0"):
-        fix.patch_nixl_delay(tmp_path, "X")
+        fix.patch_nixl_delay([tmp_path], "X")
 
 
 def test_the_vllm_alias_names_the_cpu_build(fix: ModuleType, tmp_path: Path) -> None:
@@ -56,3 +57,19 @@ def test_the_vllm_alias_names_the_cpu_build(fix: ModuleType, tmp_path: Path) -> 
         "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n"
     )
     assert alias.name == "vllm-0.32.0.dist-info"
+
+
+def test_each_variant_is_patched_where_python_imports_it(fix: ModuleType, tmp_path: Path) -> None:
+    venv, system = tmp_path / "venv", tmp_path / "system"
+    imported = nixl(venv, UPSTREAM, "nixl_cu13")
+    shadowed = nixl(system, UPSTREAM, "nixl_cu13")
+    only_system = nixl(system, UPSTREAM, "nixl_cu12")
+    patched = fix.patch_nixl_delay([tmp_path / "absent", venv, system], "D")
+    assert patched == [imported, only_system]
+    assert "pthrDelay = 0\n" in shadowed.read_text()
+    assert "pthrDelay = 0\n" not in imported.read_text()
+
+
+def test_no_nixl_on_the_path_is_an_error(fix: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no nixl_cu"):
+        fix.patch_nixl_delay([tmp_path], "D")
