@@ -40,7 +40,14 @@ from generator.workflow.report import EventLevel, Reporter
 from generator.workflow.run import make_context, up_stack
 from generator.workflow.steps.verdict import smoke
 
-__all__ = ["DrillResult", "Sample", "combined_sample", "followers_back_of", "run_drill"]
+__all__ = [
+    "DrillResult",
+    "Sample",
+    "combined_sample",
+    "fault_wall_time",
+    "followers_back_of",
+    "run_drill",
+]
 
 _RECOVERY_LIMIT_S = 300.0  # a restarted vLLM on a busy CPU takes minutes (x --wait-scale)
 _RESTORING = threading.Lock()  # the injector and an interrupted drill may both end a cut
@@ -336,7 +343,7 @@ def _watch(
     runtimes = {id(r): r for r in (context.host_of(s).runtime for s in looked_at)}
     in_rotation = _rotation_reader(context.plan, services)
     while not stop.is_set():
-        looked = time.monotonic()
+        looked, looked_wall = time.monotonic(), time.time()
         states: dict[str, ServiceState] = {}
         for runtime in runtimes.values():
             with contextlib.suppress(XpydError):  # an engine that does not answer: "missing"
@@ -346,14 +353,21 @@ def _watch(
         except XpydError:
             rotation, silent = None, True
         at_s = looked - origin
-        # Before the fault its followers have nothing to redo; after it, in unix seconds as
-        # the runtimes give start times.
-        faulted_at = time.time() - (at_s - fault_at_s) if at_s >= fault_at_s else None
+        faulted_at = fault_wall_time(looked_wall, at_s, fault_at_s)
         sample = combined_sample(
             at_s, states, services, rotation, followers, faulted_at=faulted_at, mutual=mutual
         )
         out.append(replace(sample, router_silent=silent))
         stop.wait(max(0.0, LOOK_EVERY_S - (time.monotonic() - looked)))
+
+
+def fault_wall_time(looked_wall: float, at_s: float, fault_at_s: float) -> float | None:
+    """The fault's time in unix seconds, as the runtimes give start times (None before it:
+    its followers have nothing to redo), from the look's own start: a clock read after the
+    look's health checks (a starting engine's takes seconds) put the fault that much later,
+    past the killed service's restart, which then counted as started before the fault and its
+    followers as not needed (an H100 drill read "whole" while the decoder still started)."""
+    return looked_wall - (at_s - fault_at_s) if at_s >= fault_at_s else None
 
 
 def combined_sample(

@@ -23,6 +23,7 @@ from generator.plan.parts import (
     TopologyPlan,
 )
 from generator.spec import (
+    NIXL_IDLE_DELAY_US,
     DockerAccess,
     GpuAccess,
     ImagesSpec,
@@ -109,7 +110,7 @@ class UcxPlan(Frozen):
     net_devices: str | None = None  # UCX_NET_DEVICES
     # NIXL's progress thread's poll timeout (XPYD_NIXL_PTHR_DELAY_US, read by our patch of NIXL):
     # 0 is NIXL's own (it spins).
-    nixl_idle_delay_us: int = 0
+    nixl_idle_delay_us: int = NIXL_IDLE_DELAY_US
 
 
 class EnginePlan(Frozen):

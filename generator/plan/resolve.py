@@ -4,9 +4,9 @@ the served model name, whether the hub may be reached, where the HF token comes 
 from __future__ import annotations
 
 from generator.plan.models import HFPlan, ModelPlan, TokenPlan, UcxPlan
-from generator.spec import Profile, Spec, TokenSource
+from generator.spec import Spec, TokenSource
 
-__all__ = ["CPU_NIXL_IDLE_DELAY_US", "resolve_hf", "resolve_model", "resolve_ucx"]
+__all__ = ["resolve_hf", "resolve_model", "resolve_ucx"]
 
 
 def resolve_model(spec: Spec) -> ModelPlan:
@@ -40,17 +40,10 @@ def _token(token: TokenSource | None) -> TokenPlan | None:
     return None
 
 
-# NIXL's idle progress thread's poll timeout by profile, where the spec sets none (measured:
-# docs/facts.md): on cpu 10 ms takes an idle engine from ~95 % of a core to ~3 %.
-CPU_NIXL_IDLE_DELAY_US = 10_000  # 100 wakeups/s; the cpu image's build check measures it
-_NIXL_IDLE_DELAY_US = {Profile.CPU: CPU_NIXL_IDLE_DELAY_US, Profile.GPU: 0}
-
-
 def resolve_ucx(spec: Spec) -> UcxPlan:
     networking = spec.networking
-    delay = networking.nixl_idle_delay_us
     return UcxPlan(
         tls=networking.ucx_tls,
         net_devices=networking.ucx_net_devices,
-        nixl_idle_delay_us=_NIXL_IDLE_DELAY_US[spec.profile] if delay is None else delay,
+        nixl_idle_delay_us=networking.nixl_idle_delay_us,
     )

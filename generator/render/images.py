@@ -15,13 +15,12 @@ from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE
-from generator.plan.resolve import CPU_NIXL_IDLE_DELAY_US
 from generator.render.jinja import render_template
 from generator.routers import router_of
 from generator.routers.base import ROUTER_LOCK
 from generator.services.model import ImageRef
 from generator.services.parts import NIXL_PTHR_DELAY_ENV
-from generator.spec import Profile
+from generator.spec import NIXL_IDLE_DELAY_US, Profile
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 from generator.supervise import SOURCE as SUPERVISOR
 from generator.topologies import topology_of
@@ -181,7 +180,7 @@ def _check_args(pip_gaps: list[tuple[str, str]], *, cpu: bool) -> list[str]:
     args = [f"--connector {name}" for name in _KV_CONNECTORS]
     # The cpu image's NIXL patch and AMX permission (engine-base-cpu.Dockerfile.j2), checked
     # while building.
-    args += [f"--nixl-idle-delay-us {CPU_NIXL_IDLE_DELAY_US}", "--amx-permission"] if cpu else []
+    args += [f"--nixl-idle-delay-us {NIXL_IDLE_DELAY_US}", "--amx-permission"] if cpu else []
     return args + [f"--allow-missing {dist}:{requirement}" for dist, requirement in pip_gaps]
 
 

@@ -2,6 +2,7 @@
 
 from generator.spec.load import Rule, apply_overrides, read_spec_file, validate_spec
 from generator.spec.models import (
+    NIXL_IDLE_DELAY_US,
     CpuSpec,
     DockerAccess,
     GpuAccess,
@@ -38,6 +39,7 @@ from generator.spec.models import (
 )
 
 __all__ = [
+    "NIXL_IDLE_DELAY_US",
     "CpuSpec",
     "DockerAccess",
     "GpuAccess",

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from generator.bench.drill import DrillResult, Sample, combined_sample, followers_back_of
+from generator.bench.drill import (
+    DrillResult,
+    Sample,
+    combined_sample,
+    fault_wall_time,
+    followers_back_of,
+)
 from generator.bench.engine_settings import engine_settings
 from generator.bench.fault_load import LoadSettings, Outcome
 from generator.bench.fault_report import per_second, write_fault_report
@@ -236,6 +242,24 @@ def test_a_killed_lmcache_server_is_whole_only_once_its_engine_registered_again(
     ]
     samples[1] = replace(samples[1], followers_back=False)
     assert _result(OUTCOMES, samples).back_at() == pytest.approx(40.0)
+
+
+def test_a_slow_look_still_sees_the_restart_after_the_fault() -> None:
+    """The H100's killed prefiller (2026-12-06): restarted 0.2 s after the fault, its decoder
+    still starting. A look whose health checks took 2 s read the clock after them, put the
+    fault 2 s late, after the restart, and said "whole" (nothing to redo); the fault's time
+    comes from the look's start."""
+    fault_wall, fault_at_s = 1_000.0, 15.0
+    prefill = ServiceState("prefill-0", "p", "running", "healthy", None, (), started_at=1000.2)
+    decode = ServiceState("decode-0", "d", "running", "starting", None, (), started_at=1060.0)
+    states = {"prefill-0": prefill, "decode-0": decode}
+    at_s = 90.0  # the look began at 1075.0 (unix), its checks ended at 1077.0
+    faulted_at = fault_wall_time(fault_wall + at_s - fault_at_s, at_s, fault_at_s)
+    assert faulted_at == pytest.approx(fault_wall)
+    assert followers_back_of(states, "prefill-0", ["decode-0"], faulted_at=faulted_at) is False
+    late = fault_wall + 2.0  # what the clock read after the checks gave
+    assert followers_back_of(states, "prefill-0", ["decode-0"], faulted_at=late) is None
+    assert fault_wall_time(fault_wall, 14.0, fault_at_s) is None  # before the fault
 
 
 def test_per_second_counts_by_end(tmp_path: Path) -> None:

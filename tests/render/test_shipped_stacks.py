@@ -126,7 +126,8 @@ def test_gpu_services_reserve_device_ids_and_share_namespaces(workspace: Workspa
         assert "devices" not in service  # one host: no RDMA devices to require
         assert service["environment"]["PYTHONHASHSEED"] == "0"
         assert service["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
-        assert "XPYD_NIXL_PTHR_DELAY_US" not in service["environment"]  # GPU: NIXL as shipped
+        # NIXL's idle thread sleeps on GPUs too (the image's patch reads it; docs/gpu-h200)
+        assert service["environment"]["XPYD_NIXL_PTHR_DELAY_US"] == "10000"
     assert compose(workspace, "xpyd")["secrets"] == {"hf_token": {"environment": "HF_TOKEN"}}
 
 
