@@ -1,6 +1,8 @@
 """vllm-project/router, configured entirely by its command line: ``--vllm-pd-disaggregation``
 for NIXL's hand-off (it cannot drive LMCache's P/D protocol), or plain ``--worker-urls`` over
-every engine for the colocated topology.
+every engine for the colocated topology. In P/D mode its engines are the planned URLs, or, in
+the Kubernetes export (router.pod_discovery, on by default there), the pods its own Kubernetes
+discovery finds by label, so a scaled role is routed to without a restart.
 
 Policies and options as vllm-router 0.1.17's ``--help`` lists them; in P/D mode each side may
 have its own policy (``--prefill-policy``/``--decode-policy``), but cache_aware's options are

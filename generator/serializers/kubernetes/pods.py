@@ -11,7 +11,9 @@ Why the non-obvious settings are there:
   network, never CUDA IPC, so a peer in another pod is watched only for a new start.
 - ``POD_IP`` comes first in every container's environment (the downward API): the plan
   refers to it as ``$(POD_IP)`` where a socket must be bound at the pod's own address (NIXL's
-  side channel). Every other ``$`` is written ``$$``, which Kubernetes reads as a literal one.
+  side channel); ``POD_NAME`` and ``POD_NAMESPACE`` follow (a push engine's NIXL id, where
+  vllm-router watches pods). Every other ``$`` is written ``$$``, which Kubernetes reads as a
+  literal one.
 - A GPU engine's sidecar copies KV to and from the engine's GPUs over CUDA IPC: the pod shares
   one PID namespace (compose gives both the host's), and the sidecar asks the container
   toolkit for the node's GPUs by environment, since a device plugin hands a GPU to one
