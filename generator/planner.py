@@ -7,6 +7,7 @@ then engine by engine, the stack's own services, observability's last.
 
 from __future__ import annotations
 
+from generator.errors import PlanError
 from generator.plan.models import EnginePlan, HostPlan, Network, Plan, Role
 from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
 from generator.plan.parts import RouterPlan, SidecarPlan
@@ -48,12 +49,22 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
     if gpu:  # cores shared (cpu.share) split nothing between engines
         check_gpu_shares(spec, slots)
     _claim_fixed_ports(spec, book, slots)
-    router = _plan_router(spec, book, network, notices=topology.router_notices)
+    router = _plan_router(
+        spec, book, network, notices=topology.router_notices, pod_network=pod_network
+    )
+    http = _common_http_port(spec, book, slots) if router.discovers_pods() else None
     views = (own_gpu_views(slots) if pod_network else gpu_views(slots)) if gpu else {}
     hosts = {host.name: host for host in spec.hosts}
     engines = [
         _plan_engine(
-            spec, book, network, slot, views.get(slot), host=hosts[slot.host], topology=topology
+            spec,
+            book,
+            network,
+            slot,
+            views.get(slot),
+            host=hosts[slot.host],
+            topology=topology,
+            http=http,
         )
         for slot in slots
     ]
@@ -131,7 +142,9 @@ def _claim_fixed_ports(spec: Spec, book: PortBook, slots: list[Slot]) -> None:
             )
 
 
-def _plan_router(spec: Spec, book: PortBook, network: Network, *, notices: bool) -> RouterPlan:
+def _plan_router(
+    spec: Spec, book: PortBook, network: Network, *, notices: bool, pod_network: bool
+) -> RouterPlan:
     unit = router_unit(router_kind(spec))
     host, address = _router_host(spec)
     port = (
@@ -149,6 +162,7 @@ def _plan_router(spec: Spec, book: PortBook, network: Network, *, notices: bool)
         session_header=spec.router.session_header,
         extra_args=tuple(spec.router.extra_args),
         notices=notices,
+        pod_network=pod_network,
     )
     return unit.plan_router(spec, book, site)
 
@@ -162,10 +176,11 @@ def _plan_engine(
     *,
     host: HostSpec,
     topology: TopologyUnit,
+    http: int | None = None,
 ) -> EnginePlan:
     name = f"{slot.role.value}-{slot.index}"
     group: GroupSpec = getattr(spec, slot.role.value)
-    http = slot.http_port or _claim_http(spec, book, slot, name)
+    http = http or slot.http_port or _claim_http(spec, book, slot, name)
     site = EngineSite(name, slot.role, slot.host, host.address, network, group.tp)
     kv = topology.plan_engine(spec, book, site)
     gpu = spec.profile is Profile.GPU
@@ -194,6 +209,25 @@ def _claim_http(spec: Spec, book: PortBook, slot: Slot, name: str) -> int:
     base = spec.ports.prefill_http if slot.role is Role.PREFILL else spec.ports.decode_http
     field = f"ports.{slot.role.value}_http"
     return book.claim_block(slot.host, base, 1, owner=name, purpose="vLLM http", field=field)[0]
+
+
+def _common_http_port(spec: Spec, book: PortBook, slots: list[Slot]) -> int:
+    """One HTTP port for every engine, where the router finds engine pods by label: it
+    reaches each at its pod IP and one port. Each pod has its own address, so one number in
+    every pod is fine; it is reserved on each host, so no other port of any pod there (its
+    `lmcache server`, side channels, metrics) takes it."""
+    fixed = next((slot for slot in slots if slot.http_port is not None), None)
+    if fixed is not None:
+        raise PlanError(
+            f"placement.{fixed.role.value}.http_ports",
+            "vllm-router's pod discovery reaches every engine pod at one port: an engine's "
+            "own HTTP port does not apply in the Kubernetes export",
+            fix="remove placement.<role>.http_ports, or set router.pod_discovery: false",
+        )
+    owners = [(slot.host, f"{slot.role.value}-{slot.index}") for slot in slots]
+    return book.claim_common(
+        owners, spec.ports.prefill_http, purpose="vLLM http", field="ports.prefill_http"
+    )
 
 
 def _services_by_host(

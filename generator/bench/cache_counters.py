@@ -45,7 +45,7 @@ class CacheCounters:
 def read_cache_counters(client: ProbeClient, plan: Plan) -> CacheCounters:
     totals = dict.fromkeys(_NAMES, 0.0)
     for engine in plan.prefill:
-        address = plan.reach_address(engine.host)
+        address = plan.engine_address(engine)
         samples = client.scrape(engine.name, f"http://{address}:{engine.http_port}/metrics")
         for key, name in _NAMES.items():
             totals[key] += metric_sum(samples, name)

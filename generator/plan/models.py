@@ -37,8 +37,12 @@ from generator.spec import (
 __all__ = [
     "POD_IP_ENV",
     "POD_IP_REF",
+    "POD_NAMESPACE_ENV",
+    "POD_NAMESPACE_REF",
     "POD_NAME_ENV",
     "POD_NAME_REF",
+    "ROLE_LABEL",
+    "STACK_LABEL",
     "EnginePlan",
     "HFPlan",
     "HostPlan",
@@ -68,6 +72,14 @@ POD_IP_REF = f"$({POD_IP_ENV})"
 # containers' restarts, and each replica has its own.
 POD_NAME_ENV = "POD_NAME"
 POD_NAME_REF = f"$({POD_NAME_ENV})"
+# The pod's namespace, the same way (``metadata.namespace``): where vllm-router's pod discovery
+# looks, still right after an overlay moves the stack to another namespace.
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+POD_NAMESPACE_REF = f"$({POD_NAMESPACE_ENV})"
+# Labels every pod of the Kubernetes export carries: its stack and its role (prefill, decode,
+# router, ...). Services select pods by them, and so does vllm-router's pod discovery.
+STACK_LABEL = "xpyd.org/stack"
+ROLE_LABEL = "xpyd.org/role"
 
 
 class PortUse(Frozen):
@@ -238,3 +250,10 @@ class Plan(Frozen):
         that ``host``'s services listen on: the host's address with host networking; on a
         bridge, loopback (ports are published on 127.0.0.1 of the machine that runs them)."""
         return self.host(host).address if self.network == "host" else "127.0.0.1"
+
+    def engine_address(self, engine: EnginePlan) -> str:
+        """Where a probe reaches an engine's ports: as ``reach_address`` says for its host;
+        on a pod network (the verdict Job, inside the cluster) by its own name, its Service's:
+        engine pods there may share a port number (vllm-router's pod discovery), which the
+        Job's port -> name book cannot tell apart."""
+        return engine.name if self.pod_network else self.reach_address(engine.host)

@@ -206,6 +206,11 @@ class _RouterBase(Frozen):
         """Where the prefillers send KV-ready notices (None: this router takes none)."""
         return None
 
+    def discovers_pods(self) -> bool:
+        """It finds engine pods by their labels (the Kubernetes export), so every engine
+        listens on one HTTP port and the router's pod may list and watch pods."""
+        return False
+
 
 class ProxyRouterPlan(_RouterBase):
     kind: Literal[RouterKind.PROXY] = RouterKind.PROXY
@@ -218,6 +223,12 @@ class ProxyRouterPlan(_RouterBase):
 class VllmRouterPlan(_RouterBase):
     kind: Literal[RouterKind.VLLM_ROUTER] = RouterKind.VLLM_ROUTER
     metrics_port: int  # its Prometheus listener
+    # P/D mode on a pod network, unless router.pod_discovery is false; left out of plan.json
+    # when off, so compose, process and Slurm plans read as before.
+    pod_discovery: bool = Field(False, exclude_if=lambda value: not value)
+
+    def discovers_pods(self) -> bool:
+        return self.pod_discovery
 
 
 RouterPlan = Annotated[ProxyRouterPlan | VllmRouterPlan, Field(discriminator="kind")]

@@ -1,7 +1,9 @@
-"""Per-host port bookkeeping: fixed ports first, then deterministic first-fit blocks."""
+"""Per-host port bookkeeping: fixed ports first, then deterministic first-fit blocks; on a
+pod network, a port every engine pod listens on (``claim_common``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from generator.errors import PlanError
@@ -22,12 +24,15 @@ class _Claim:
 
 @dataclass
 class PortBook:
-    """All ports claimed so far, per host. Claims never overlap on one host."""
+    """All ports claimed so far, per host. Claims never overlap on one host, except a port
+    several pods share (``claim_common``), each at its own address."""
 
     _claims: dict[str, dict[int, _Claim]] = field(default_factory=dict)
     # (host, preferred, size) -> where the last first-fit search for it ended: claims are
     # never released, so no block of that size is free below it (planning stays linear).
     _searched: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    # (host, port) -> owners after the first of a port that pods share (claim_common).
+    _sharers: dict[tuple[str, int], list[_Claim]] = field(default_factory=dict)
 
     def claim_fixed(self, host: str, port: int, *, owner: str, purpose: str, field: str) -> int:
         """A port the user wrote down: a collision is the user's to fix, so name both fields."""
@@ -67,9 +72,36 @@ class PortBook:
             fix=f"lower {field} so the stack's ports fit below {_MAX_PORT}",
         )
 
+    def claim_common(
+        self, owners: Sequence[tuple[str, str]], preferred: int, *, purpose: str, field: str
+    ) -> int:
+        """One port number for several owners, each (host, owner) a pod of its own (the
+        Kubernetes export: every pod has its own address, so their sockets never meet): the
+        first at or above ``preferred`` free on all their hosts. It stays claimed there, so no
+        other service of those hosts takes it."""
+        hosts = {host for host, _ in owners}
+        for port in range(preferred, _MAX_PORT + 1):
+            if port not in AGENT_PORTS and all(port not in self._claims.get(h, {}) for h in hosts):
+                for host, owner in owners:
+                    self._share(host, port, _Claim(owner, purpose, field))
+                return port
+        raise PlanError(
+            field,
+            f"no port at or above {preferred} is free on every host of {len(owners)} services",
+            fix=f"lower {field}",
+        )
+
+    def _share(self, host: str, port: int, claim: _Claim) -> None:
+        used = self._claims.setdefault(host, {})
+        if port in used:
+            self._sharers.setdefault((host, port), []).append(claim)
+        else:
+            used[port] = claim
+
     def table(self) -> tuple[PortUse, ...]:
         return tuple(
             PortUse(host=host, port=port, owner=claim.owner, purpose=claim.purpose)
             for host, claims in self._claims.items()
-            for port, claim in sorted(claims.items())
+            for port, first in sorted(claims.items())
+            for claim in (first, *self._sharers.get((host, port), ()))
         )

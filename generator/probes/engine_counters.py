@@ -40,5 +40,5 @@ def read_engine_counters(client: ProbeClient, plan: Plan) -> EngineCounters:
 
 
 def _scrape(client: ProbeClient, plan: Plan, engine: EnginePlan) -> MetricSamples:
-    address = plan.reach_address(engine.host)
+    address = plan.engine_address(engine)
     return client.scrape(engine.name, f"http://{address}:{engine.http_port}/metrics")

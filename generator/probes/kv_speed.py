@@ -72,10 +72,10 @@ def kv_side(plan: Plan) -> KvSpeedSource:
 
 def read_counters(client: ProbeClient, plan: Plan) -> KvCounters:
     source = kv_side(plan)
-    hosts = {engine.name: engine.host for engine in plan.engines}
+    engines = {engine.name: engine for engine in plan.engines}
     total = KvCounters(0.0, 0.0, 0.0)
     for engine, port in zip(source.engines, source.ports, strict=True):
-        address = plan.reach_address(hosts[engine])
+        address = plan.engine_address(engines[engine])
         samples = client.scrape(engine, f"http://{address}:{port}/metrics")
         total = KvCounters(
             total.bytes + metric_sum(samples, source.bytes_metric),

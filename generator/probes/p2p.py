@@ -145,13 +145,13 @@ class PeerReuse:
 
 def _complete_on(client: ProbeClient, plan: Plan, engine: EnginePlan, prompt: str) -> None:
     """One token of a plain completion, straight to the engine (no P/D hand-off)."""
-    url = f"http://{plan.reach_address(engine.host)}:{engine.http_port}/v1/completions"
+    url = f"http://{plan.engine_address(engine)}:{engine.http_port}/v1/completions"
     body = {"model": plan.model.served_name, "prompt": prompt, "max_tokens": 1, "temperature": 0}
     client.post_json(engine.name, url, body)
 
 
 def _scrape(client: ProbeClient, plan: Plan, engine: EnginePlan) -> MetricSamples:
-    url = f"http://{plan.reach_address(engine.host)}:{engine.http_port}/metrics"
+    url = f"http://{plan.engine_address(engine)}:{engine.http_port}/metrics"
     return client.scrape(engine.name, url)
 
 

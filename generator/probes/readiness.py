@@ -38,7 +38,7 @@ def engine_checks(plan: Plan, engine: EnginePlan) -> list[Check]:
     """vLLM: /health answers (it refuses connections until startup completed), then
     /v1/models lists the served model. Never a completion: an lmcache-pd prefiller's engine
     crashes on a request without disagg_spec."""
-    base = f"http://{plan.reach_address(engine.host)}:{engine.http_port}"
+    base = f"http://{plan.engine_address(engine)}:{engine.http_port}"
     model = plan.model.served_name
     return [Check(f"{base}/health"), Check(f"{base}/v1/models", _model_listed(model))]
 

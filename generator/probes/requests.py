@@ -34,7 +34,7 @@ def sized_prompt(client: ProbeClient, plan: Plan, nonce: str, tokens: int) -> st
     target = max(1, min(tokens, limit))
     words = [f"run {nonce}:"] + [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(target)]
     decoder = plan.decode[0]
-    url = f"http://{plan.reach_address(decoder.host)}:{decoder.http_port}/tokenize"
+    url = f"http://{plan.engine_address(decoder)}:{decoder.http_port}/tokenize"
     while len(words) > 2:
         prompt = " ".join(words)
         body = {"model": plan.model.served_name, "prompt": prompt}

@@ -131,7 +131,7 @@ def _decode_metrics(client: ProbeClient, plan: Plan) -> MetricSamples:
     """Decode instances' counters, summed over all decoders."""
     total: MetricSamples = {}
     for engine in plan.decode:
-        url = f"http://{plan.reach_address(engine.host)}:{engine.http_port}/metrics"
+        url = f"http://{plan.engine_address(engine)}:{engine.http_port}/metrics"
         for key, value in client.scrape(engine.name, url).items():
             total[key] = total.get(key, 0.0) + value
     return total

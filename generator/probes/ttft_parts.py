@@ -181,7 +181,7 @@ def _rest(client_ttft_ms: float, engine_parts: list[Histogram]) -> TtftPart:
 
 
 def _role_times(client: ProbeClient, plan: Plan, engine: EnginePlan) -> RoleTimes:
-    address = plan.reach_address(engine.host)
+    address = plan.engine_address(engine)
     samples = client.scrape(engine.name, f"http://{address}:{engine.http_port}/metrics")
     return RoleTimes(*(_histogram(samples, name) for name in (_QUEUE, _PREFILL, _TTFT, _E2E)))
 

@@ -54,11 +54,12 @@ class RouterSite:
     session_header: str | None
     extra_args: tuple[str, ...]
     notices: bool  # the topology sends KV-ready notices to the router
+    pod_network: bool = False  # planned for Kubernetes: each engine a pod of its own
 
     def common(self) -> dict[str, Any]:
         """The fields every router kind's plan part has."""
         fields = asdict(self)
-        del fields["notices"]
+        del fields["notices"], fields["pod_network"]
         return fields
 
     def claim(self, book: PortBook, preferred: int, purpose: str, field: str) -> int:

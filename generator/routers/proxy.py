@@ -63,6 +63,12 @@ class Proxy:
                 "the proxy serves /metrics on its own port",
                 "remove router.prometheus_port",
             )
+        if spec.router.pod_discovery is not None:
+            yield SpecIssue(
+                "router.pod_discovery",
+                "the proxy finds scaled engines by their Services' DNS names, with no setting",
+                "remove router.pod_discovery (it is vllm-router's)",
+            )
         if spec.router.extra_args:
             yield SpecIssue(
                 "router.extra_args",

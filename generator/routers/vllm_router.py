@@ -1,6 +1,8 @@
 """vllm-project/router, configured entirely by its command line: ``--vllm-pd-disaggregation``
 for NIXL's hand-off (it cannot drive LMCache's P/D protocol), or plain ``--worker-urls`` over
-every engine for the colocated topology.
+every engine for the colocated topology. In P/D mode its engines are the planned URLs, or, in
+the Kubernetes export (router.pod_discovery, on by default there), the pods its own Kubernetes
+discovery finds by label, so a scaled role is routed to without a restart.
 
 Policies and options as vllm-router 0.1.17's ``--help`` lists them; in P/D mode each side may
 have its own policy (``--prefill-policy``/``--decode-policy``), but cache_aware's options are
@@ -16,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from generator.errors import SpecIssue
 from generator.plan.files import ConfigFile, MetricsPage
-from generator.plan.models import Plan
+from generator.plan.models import POD_NAMESPACE_REF, ROLE_LABEL, STACK_LABEL, Plan, Role
 from generator.plan.parts import VllmRouterPlan, part_of
 from generator.plan.ports import PortBook
 from generator.routers.base import (
@@ -29,7 +31,7 @@ from generator.routers.base import (
 from generator.spec import RouterKind, SidedPolicy, Spec
 from generator.topologies import topology_of, topology_unit
 
-__all__ = ["UNIT", "CacheAwareOptions", "VllmRouter"]
+__all__ = ["UNIT", "CacheAwareOptions", "VllmRouter", "discovery_port", "role_selector"]
 
 
 # vllm-router 0.1.17 hands these options to its Rust core (``vllm_router_rs.Router``), whose
@@ -79,11 +81,18 @@ class VllmRouter:
     recovery_fields = ("health_interval_s", "health_timeout_s", "health_failures")
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
-        if topology_unit(spec.topology).router_protocol == "lmcache-pd":
+        protocol = topology_unit(spec.topology).router_protocol
+        if protocol == "lmcache-pd":
             yield SpecIssue(
                 "router.kind",
                 "vllm-router cannot drive LMCache's P/D protocol (disagg_spec + ZMQ done notices)",
                 "use router.kind: proxy for lmcache-pd, or topology: nixl-mp for vllm-router",
+            )
+        if protocol == "none" and spec.router.pod_discovery is not None:
+            yield SpecIssue(
+                "router.pod_discovery",
+                "pod discovery is rendered for vllm-router's P/D mode only (nixl-mp)",
+                "remove router.pod_discovery",
             )
         yield from _policy_issues(spec)
 
@@ -91,7 +100,9 @@ class VllmRouter:
         metrics = spec.router.prometheus_port or site.claim(
             book, spec.ports.router_metrics, "router metrics", "ports.router_metrics"
         )
-        return VllmRouterPlan(**site.common(), metrics_port=metrics)
+        return VllmRouterPlan(
+            **site.common(), metrics_port=metrics, pod_discovery=_discovers_pods(spec, site)
+        )
 
     def command(self, plan: Plan) -> list[str]:
         router = _router(plan)
@@ -102,10 +113,7 @@ class VllmRouter:
             args += ["--worker-urls", *(engine.url for engine in plan.engines)]
         else:
             args += ["--vllm-pd-disaggregation", *_policy_flags(router.policy)]
-            for engine in plan.prefill:
-                args += ["--prefill", engine.url]
-            for engine in plan.decode:
-                args += ["--decode", engine.url]
+            args += _discovery_flags(plan) if router.pod_discovery else _engine_flags(plan)
         return [*args, *_health_flags(plan), *router.extra_args]
 
     def config_file(self, plan: Plan) -> ConfigFile | None:
@@ -136,6 +144,55 @@ class VllmRouter:
         # Its workers are the URLs it was given (command: --prefill/--decode/--worker-urls).
         url = next(e.url for e in plan.engines if e.name == engine)
         return "vllm_router_worker_health", {"worker": url}
+
+
+def _discovers_pods(spec: Spec, site: RouterSite) -> bool:
+    """On by default in the Kubernetes export's P/D mode: ``kubectl scale`` is then routed to
+    without a restart; router.pod_discovery: false keeps the planned URLs."""
+    p_d = topology_unit(spec.topology).router_protocol != "none"
+    return site.pod_network and p_d and spec.router.pod_discovery is not False
+
+
+def _engine_flags(plan: Plan) -> list[str]:
+    """The planned engines, each by its URL (fixed at start)."""
+    args: list[str] = []
+    for engine in plan.prefill:
+        args += ["--prefill", engine.url]
+    for engine in plan.decode:
+        args += ["--decode", engine.url]
+    return args
+
+
+def _discovery_flags(plan: Plan) -> list[str]:
+    """vllm-router 0.1.17's Kubernetes discovery in P/D mode (``--service-discovery`` beside
+    ``--vllm-pd-disaggregation``): it watches the pods of one namespace, adds a pod whose
+    labels match a side's selector once it is Running and Ready, at its pod IP and the one
+    ``--service-discovery-port``, and removes it once it is not. Without a namespace it would
+    watch the whole cluster, which a Role cannot grant."""
+    return [
+        "--service-discovery",
+        "--service-discovery-namespace",
+        POD_NAMESPACE_REF,
+        "--service-discovery-port",
+        str(discovery_port(plan)),
+        "--prefill-selector",
+        *role_selector(plan, Role.PREFILL),
+        "--decode-selector",
+        *role_selector(plan, Role.DECODE),
+    ]
+
+
+def role_selector(plan: Plan, role: Role) -> list[str]:
+    """A side's pods, as ``key=value`` labels (the export's pod labels): the stack's, of
+    that role."""
+    return [f"{STACK_LABEL}={plan.stack}", f"{ROLE_LABEL}={role.value}"]
+
+
+def discovery_port(plan: Plan) -> int:
+    """The one HTTP port every engine listens on where the router discovers pods (the
+    planner gives them one)."""
+    (port,) = {engine.http_port for engine in plan.engines}
+    return port
 
 
 def _health_flags(plan: Plan) -> list[str]:

@@ -393,6 +393,12 @@ class RouterSpec(StrictModel):
     policy: SidedPolicy = SidedPolicy()
     session_header: HeaderName | None = None
     extra_args: Args = Field(default_factory=list)
+    pod_discovery: bool | None = Field(
+        None,
+        description="vllm-router (nixl-mp) in the Kubernetes export: find engine pods by "
+        "their labels, so a scaled role is routed to (default: on); false: the planned "
+        "engine URLs",
+    )
 
 
 class GpuSpec(StrictModel):

@@ -89,6 +89,17 @@ ROUTER_FLAGS: Mapping[str, str] = {
     "--vllm-pd-disaggregation": "topology",
     "--prefill": "prefill.count and placement.prefill",
     "--decode": "decode.count and placement.decode",
+    **{
+        flag: "router.pod_discovery (the Kubernetes export finds engine pods by label)"
+        for flag in (
+            "--service-discovery",
+            "--selector",
+            "--prefill-selector",
+            "--decode-selector",
+            "--service-discovery-port",
+            "--service-discovery-namespace",
+        )
+    },
 }
 
 LMCACHE_SERVER_FLAGS: Mapping[str, str] = {

@@ -12,19 +12,20 @@ from generator.stack import load_spec
 from generator.topologies import topology_of
 
 
-def _plans(workspace: Workspace, stack: str) -> tuple[Plan, Plan]:
-    spec = load_spec(workspace.stack_file(stack))
+def _plans(workspace: Workspace, stack: str, *overrides: str) -> tuple[Plan, Plan]:
+    spec = load_spec(workspace.stack_file(stack), overrides)
     return make_plan(spec), make_plan(spec, pod_network=True)
 
 
 def test_a_pod_plan_reaches_engines_by_name_and_counts_their_gpus_from_zero(
     workspace: Workspace,
 ) -> None:
-    host, pods = _plans(workspace, "xpyd-mp-2host")
+    host, pods = _plans(workspace, "xpyd-mp-2host", "router.pod_discovery=false")
     assert (host.network, host.pod_network) == ("host", False)
     assert (pods.network, pods.pod_network) == ("bridge", True)
     for engine in pods.engines:
         assert engine.advertise_host == engine.name
+        assert pods.engine_address(engine) == engine.name  # the verdict Job's probes too
         assert engine.visible_gpus == engine.gpus
         assert engine.cuda_devices == tuple(range(engine.tp))
     assert pods.ports == host.ports  # the same ports: only the addressing changes

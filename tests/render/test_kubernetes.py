@@ -308,8 +308,9 @@ def test_the_supervisors_watches_run_in_the_pods_with_this_pods_pages_at_loopbac
     # The pusher maps its decoder over CUDA IPC under compose; pods move KV over the network.
     assert "--ends-with" not in _watches(engine)
     decode = _workload(rendered, "decode-0")["spec"]["template"]["spec"]
+    # Its own engine, at the port every engine pod listens on (vllm-router discovers pods).
     assert _watches(decode["initContainers"][0]) == {
-        "--ends-with": ["http://127.0.0.1:7200/metrics"]
+        "--ends-with": ["http://127.0.0.1:7100/metrics"]
     }
 
 

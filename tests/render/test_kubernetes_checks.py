@@ -16,6 +16,7 @@ from generator.serializers.kubernetes.checks import (
     gpu_counts,
     names_valid,
     no_secret_values,
+    pod_discovery,
     ports_declared,
     references_exist,
     selectors_match,
@@ -135,6 +136,73 @@ def _verdict_plan_missing(objects: list[Obj]) -> None:
     objects.remove(_one(objects, "ConfigMap", "verdict-plan"))
 
 
+def _router_args(objects: list[Obj]) -> list[str]:
+    router = _one(objects, "Deployment", "router")["spec"]["template"]["spec"]
+    args: list[str] = router["containers"][0]["args"]
+    return args
+
+
+def _without_flag(objects: list[Obj], flag: str, values: int) -> None:
+    args = _router_args(objects)
+    at = args.index(flag)
+    del args[at : at + 1 + values]
+
+
+def _engine_role_label_drifts(objects: list[Obj]) -> None:
+    labels = _one(objects, "StatefulSet", "decode-0")["spec"]["template"]["metadata"]["labels"]
+    labels["xpyd.org/role"] = "decoder"
+
+
+def _selector_names_another_stack(objects: list[Obj]) -> None:
+    args = _router_args(objects)
+    at = args.index("--prefill-selector") + 1
+    args[at] = "xpyd.org/stack=someone-else"
+
+
+def _selectors_swapped(objects: list[Obj]) -> None:
+    args = _router_args(objects)
+    prefill, decode = args.index("--prefill-selector"), args.index("--decode-selector")
+    args[prefill], args[decode] = args[decode], args[prefill]
+
+
+def _engine_on_a_port_of_its_own(objects: list[Obj]) -> None:
+    http = next(p for p in _main(objects, "decode-0")["ports"] if p["name"] == "http")
+    http["containerPort"] += 100
+
+
+def _discovery_port_left_to_its_default(objects: list[Obj]) -> None:
+    _without_flag(objects, "--service-discovery-port", 1)
+
+
+def _discovery_across_namespaces(objects: list[Obj]) -> None:
+    _without_flag(objects, "--service-discovery-namespace", 1)
+
+
+def _discovery_without_pd_mode(objects: list[Obj]) -> None:
+    _without_flag(objects, "--vllm-pd-disaggregation", 0)
+
+
+def _router_runs_as_the_default_account(objects: list[Obj]) -> None:
+    del _one(objects, "Deployment", "router")["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def _router_token_not_mounted(objects: list[Obj]) -> None:
+    spec = _one(objects, "Deployment", "router")["spec"]["template"]["spec"]
+    spec["automountServiceAccountToken"] = False
+
+
+def _role_cannot_watch(objects: list[Obj]) -> None:
+    _one(objects, "Role")["rules"][0]["verbs"] = ["get", "list"]
+
+
+def _binding_names_another_account(objects: list[Obj]) -> None:
+    _one(objects, "RoleBinding")["subjects"][0]["name"] = "default"
+
+
+def _binding_in_another_namespace(objects: list[Obj]) -> None:
+    _one(objects, "RoleBinding")["subjects"][0]["namespace"] = "default"
+
+
 BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
     ("selectors_match", selectors_match, "cpu-1p1d", _service_selects_nothing, "matches no pod"),
     (
@@ -162,6 +230,24 @@ BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpu_requests_differ_from_limits, "differ"),
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _cuda_devices_miscounted, "CUDA_VISIBLE"),
     ("config_maps_fit", config_maps_fit, "cpu-1p1d", _plan_over_a_mebibyte, "1 MiB"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _engine_role_label_drifts, "picked by 0"),
+    ("pod_discovery", pod_discovery, "cpu-2host", _selector_names_another_stack, "matches no"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _selectors_swapped, "selector picks"),
+    ("pod_discovery", pod_discovery, "xpyd-mp-2host", _engine_on_a_port_of_its_own, "listens"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_port_left_to_its_default, "80"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_across_namespaces, "every names"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_without_pd_mode, "P/D selectors"),
+    (
+        "pod_discovery",
+        pod_discovery,
+        "cpu-1p1d",
+        _router_runs_as_the_default_account,
+        "no exported ServiceAccount",
+    ),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _router_token_not_mounted, "token"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _role_cannot_watch, "may watch pods"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _binding_names_another_account, "may watch"),
+    ("pod_discovery", pod_discovery, "xpyd-mp", _binding_in_another_namespace, "may watch"),
 ]
 
 

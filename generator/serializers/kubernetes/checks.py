@@ -9,7 +9,11 @@ rendered objects (dicts, as they are written) and returns its problems, one line
 - every ConfigMap and claim a pod mounts is in the export, every Secret is one the docs tell
   the user to create, and no object carries a secret's value;
 - each engine pod asks for exactly its TP size in GPUs, and its CUDA_VISIBLE_DEVICES counts
-  as many.
+  as many;
+- a router that discovers pods (vllm-router's ``--service-discovery``) runs in P/D mode in its
+  own namespace, its prefill and decode selectors pick every engine pod once and by its role,
+  each picked pod's vLLM listens on ``--service-discovery-port``, and its pod's ServiceAccount
+  is bound to a Role that may get, list and watch pods.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from generator.serializers.kubernetes.naming import is_dns_label, is_port_name
+from generator.serializers.kubernetes.naming import ROLE_LABEL, is_dns_label, is_port_name
 from generator.serializers.kubernetes.pods import (
     ENV_SECRET,
     GPU_RESOURCE,
@@ -49,6 +53,7 @@ class PodView:
     labels: dict[str, str]
     containers: list[Obj]  # init containers (sidecars) first
     volumes: list[Obj]
+    kind: str = "Deployment"  # an engine's is a StatefulSet
 
     def ports(self) -> list[Obj]:
         return [port for c in self.containers for port in c.get("ports", [])]
@@ -74,7 +79,8 @@ def _pods(objects: Sequence[Obj]) -> list[PodView]:
             spec = template["spec"]
             containers = [*spec.get("initContainers", []), *spec.get("containers", [])]
             labels = template.get("metadata", {}).get("labels", {})
-            views.append(PodView(obj["metadata"]["name"], labels, containers, spec["volumes"]))
+            name = obj["metadata"]["name"]
+            views.append(PodView(name, labels, containers, spec["volumes"], obj["kind"]))
     return views
 
 
@@ -268,6 +274,110 @@ def config_maps_fit(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator
                 yield f"{_where(obj)}: {size} bytes, over Kubernetes' 1 MiB for a ConfigMap"
 
 
+# vllm-router 0.1.17's flags (py_src/vllm_router/router_args.py) and what its watcher needs.
+_DISCOVERY = "--service-discovery"
+_SIDES: Final = {"prefill": "--prefill-selector", "decode": "--decode-selector"}
+_WATCH_VERBS: Final = frozenset({"get", "list", "watch"})
+
+
+def pod_discovery(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
+    pods = _pods(objects)
+    for obj in objects:
+        if obj.get("kind") not in _WORKLOADS:
+            continue
+        spec = obj["spec"]["template"]["spec"]
+        for container in spec.get("containers", []):
+            args = [str(arg) for arg in container.get("args", [])]
+            if _DISCOVERY in args:
+                where = f"{_where(obj)}/{container['name']}"
+                yield from _discovery_mode(where, args)
+                yield from _discovered_pods(where, args, pods)
+                yield from _may_watch_pods(_where(obj), spec, objects)
+
+
+def _flag_values(args: Sequence[str], flag: str) -> list[str] | None:
+    """The values after ``flag`` up to the next flag; None where it is not given."""
+    if flag not in args:
+        return None
+    values = []
+    for arg in args[args.index(flag) + 1 :]:
+        if arg.startswith("--"):
+            break
+        values.append(arg)
+    return values
+
+
+def _discovery_mode(where: str, args: Sequence[str]) -> Iterator[str]:
+    if "--vllm-pd-disaggregation" not in args:
+        yield f"{where}: discovers pods without --vllm-pd-disaggregation (its P/D selectors unused)"
+    if not _flag_values(args, "--service-discovery-namespace"):
+        yield f"{where}: discovers pods in every namespace, which its Role cannot grant"
+
+
+def _discovered_pods(where: str, args: Sequence[str], pods: Sequence[PodView]) -> Iterator[str]:
+    port = _flag_values(args, "--service-discovery-port")
+    if not port or not port[0].isdigit():
+        yield f"{where}: --service-discovery-port is not given (vllm-router's default is 80)"
+        return
+    found: Counter[str] = Counter()
+    for side, flag in _SIDES.items():
+        selector = dict(v.split("=", 1) for v in _flag_values(args, flag) or [] if "=" in v)
+        picked = _selected(selector, pods)
+        if not picked:
+            yield f"{where}: its {flag} {selector} matches no pod template"
+        for pod in picked:
+            found[pod.workload] += 1
+            yield from _discovered_pod(where, pod, side, int(port[0]))
+    for pod in pods:  # every engine, once: a pod left out is never routed to
+        if pod.kind == "StatefulSet" and found[pod.workload] != 1:
+            yield f"{where}: engine {pod.workload} is picked by {found[pod.workload]} selectors"
+
+
+def _discovered_pod(where: str, pod: PodView, side: str, port: int) -> Iterator[str]:
+    if pod.labels.get(ROLE_LABEL) != side:
+        yield f"{where}: its {side} selector picks {pod.workload}, a {pod.labels.get(ROLE_LABEL)}"
+    http = [p["containerPort"] for p in pod.ports() if p.get("name") == "http"]
+    if http != [port]:
+        yield f"{where}: reaches {pod.workload} at port {port}; its vLLM listens on {http}"
+
+
+def _may_watch_pods(where: str, spec: Obj, objects: Sequence[Obj]) -> Iterator[str]:
+    account = spec.get("serviceAccountName")
+    present = {(o.get("kind"), o["metadata"]["name"]) for o in objects}
+    if account is None or ("ServiceAccount", account) not in present:
+        yield f"{where}: discovers pods but runs as no exported ServiceAccount ({account})"
+        return
+    if spec.get("automountServiceAccountToken") is False:
+        yield f"{where}: discovers pods without its ServiceAccount's token mounted"
+    namespaces = {o["metadata"]["name"] for o in objects if o.get("kind") == "Namespace"}
+    roles = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "Role"}
+    bound = [
+        roles.get(binding["roleRef"]["name"])
+        for binding in objects
+        if binding.get("kind") == "RoleBinding"
+        and binding["roleRef"].get("kind") == "Role"
+        and any(_names(subject, account, namespaces) for subject in binding.get("subjects", []))
+    ]
+    if not any(role is not None and _reads_pods(role) for role in bound):
+        yield f"{where}: ServiceAccount {account} is bound to no Role that may watch pods"
+
+
+def _names(subject: Obj, account: str, namespaces: set[str]) -> bool:
+    """The subject is the account, in the stack's namespace (where the export has one)."""
+    in_namespace = not namespaces or subject.get("namespace") in namespaces
+    return (
+        subject.get("kind") == "ServiceAccount" and subject.get("name") == account and in_namespace
+    )
+
+
+def _reads_pods(role: Obj) -> bool:
+    granted: set[str] = set()
+    for rule in role.get("rules", []):
+        if "" in rule.get("apiGroups", []) and "pods" in rule.get("resources", []):
+            granted |= set(rule.get("verbs", []))
+    return granted >= _WATCH_VERBS
+
+
 CHECKS: tuple[Check, ...] = (
     selectors_match,
     ports_declared,
@@ -277,4 +387,5 @@ CHECKS: tuple[Check, ...] = (
     no_secret_values,
     gpu_counts,
     config_maps_fit,
+    pod_discovery,
 )

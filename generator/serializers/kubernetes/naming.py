@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from generator.plan.models import ROLE_LABEL, STACK_LABEL
+
 __all__ = [
     "INSTANCE_LABEL",
     "ROLE_LABEL",
@@ -18,8 +20,6 @@ __all__ = [
     "port_name",
 ]
 
-STACK_LABEL: Final = "xpyd.org/stack"
-ROLE_LABEL: Final = "xpyd.org/role"
 INSTANCE_LABEL: Final = "xpyd.org/instance"  # the engine (or router) a pod runs
 
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from generator.plan import Plan
+from generator.serializers.kubernetes.discovery import discovery_objects, router_identity
 from generator.serializers.kubernetes.naming import (
     INSTANCE_LABEL,
     ROLE_LABEL,
@@ -92,6 +93,7 @@ def stack_objects(
         PurePosixPath("engines.yaml"): engines,
         PurePosixPath("shared.yaml"): shared,
         PurePosixPath("router.yaml"): [workloads[router]],
+        PurePosixPath("rbac.yaml"): discovery_objects(plan),
         PurePosixPath("verdict.yaml"): verdict_objects(plan, deployment),
     }
     if _claims(workloads.values(), options.model_cache_claim):
@@ -125,20 +127,20 @@ def _selector(stack: str, instance: str) -> dict[str, str]:
 def _workload(plan: Plan, pod: Pod, options: PodOptions) -> dict[str, Any]:
     service = pod.main.service
     labels = pod_labels(plan.stack, service.role, pod.name)
-    template = {
-        "metadata": {"labels": labels},
-        "spec": pod_spec(pod.main, pod.sidecars, pod.volumes, options),
-    }
-    spec: dict[str, Any] = {
+    spec = pod_spec(pod.main, pod.sidecars, pod.volumes, options)
+    if pod.name == plan.router.service:
+        spec |= router_identity(plan)
+    template = {"metadata": {"labels": labels}, "spec": spec}
+    workload: dict[str, Any] = {
         "replicas": 1,
         "selector": {"matchLabels": _selector(plan.stack, pod.name)},
     }
     if _engine(pod):
-        spec |= {"serviceName": pod.name, "podManagementPolicy": "Parallel"}
+        workload |= {"serviceName": pod.name, "podManagementPolicy": "Parallel"}
     else:
-        spec["strategy"] = {"type": "Recreate"}  # one router: never two answering at once
+        workload["strategy"] = {"type": "Recreate"}  # one router: never two answering at once
     apps = {"apiVersion": "apps/v1", "kind": pod.kind, "metadata": _meta(pod.name, labels)}
-    return apps | {"spec": spec | {"template": template}}
+    return apps | {"spec": workload | {"template": template}}
 
 
 def _services(plan: Plan, pods: Sequence[Pod]) -> Iterator[dict[str, Any]]:

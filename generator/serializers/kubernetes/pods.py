@@ -11,7 +11,9 @@ Why the non-obvious settings are there:
   network, never CUDA IPC, so a peer in another pod is watched only for a new start.
 - ``POD_IP`` comes first in every container's environment (the downward API): the plan
   refers to it as ``$(POD_IP)`` where a socket must be bound at the pod's own address (NIXL's
-  side channel). Every other ``$`` is written ``$$``, which Kubernetes reads as a literal one.
+  side channel); ``POD_NAME`` and ``POD_NAMESPACE`` follow (a push engine's NIXL id, where
+  vllm-router watches pods). Every other ``$`` is written ``$$``, which Kubernetes reads as a
+  literal one.
 - A GPU engine's sidecar copies KV to and from the engine's GPUs over CUDA IPC: the pod shares
   one PID namespace (compose gives both the host's), and the sidecar asks the container
   toolkit for the node's GPUs by environment, since a device plugin hands a GPU to one
@@ -31,7 +33,14 @@ from pathlib import PurePosixPath
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from generator.plan.models import POD_IP_ENV, POD_IP_REF, POD_NAME_ENV, POD_NAME_REF
+from generator.plan.models import (
+    POD_IP_ENV,
+    POD_IP_REF,
+    POD_NAME_ENV,
+    POD_NAME_REF,
+    POD_NAMESPACE_ENV,
+    POD_NAMESPACE_REF,
+)
 from generator.services.model import (
     BindMount,
     ConfigFile,
@@ -199,9 +208,11 @@ def _in_pod(url: str, pod: frozenset[str]) -> str:
 def _env(service: Service, *, own_gpus: bool) -> list[dict[str, Any]]:
     pod_ip = {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}
     pod_name = {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    namespace = {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
     env: list[dict[str, Any]] = [
         {"name": POD_IP_ENV, "valueFrom": pod_ip},
         {"name": POD_NAME_ENV, "valueFrom": pod_name},
+        {"name": POD_NAMESPACE_ENV, "valueFrom": namespace},
     ]
     # The runtime's GPU choice (gpu_env) is the device plugin's here; CUDA_VISIBLE_DEVICES
     # (env) numbers the pod's own GPUs from 0.
@@ -346,8 +357,9 @@ def _token_volume() -> dict[str, Any]:
 
 def _literal(value: str) -> str:
     """Kubernetes expands ``$(VAR)`` in env values and arguments and reads ``$$`` as ``$``:
-    every ``$`` is kept literal except the plan's own references to the pod's IP and name."""
+    every ``$`` is kept literal except the plan's own references to the pod's IP, name and
+    namespace."""
     literal = value.replace("$", "$$")
-    for ref in (POD_IP_REF, POD_NAME_REF):
+    for ref in (POD_IP_REF, POD_NAME_REF, POD_NAMESPACE_REF):
         literal = literal.replace(f"${ref}", ref)
     return literal
