@@ -7,6 +7,7 @@ nothing."""
 from __future__ import annotations
 
 from generator.plan import EnginePlan, Plan
+from generator.plan.start_order import vllm_flag
 from generator.spec import Profile
 from generator.topologies import topology_of
 
@@ -30,26 +31,14 @@ def _one_engine(plan: Plan, engine: EnginePlan) -> dict[str, str]:
     compiled = "CUDA graphs" if plan.profile is Profile.GPU else "compiled (vLLM CPU's default)"
     settings = {
         "execution": "eager (--enforce-eager)" if eager else compiled,
-        "block size": _flag(args, "--block-size") or _DEFAULT,
+        "block size": vllm_flag(args, "--block-size") or _DEFAULT,
     }
     if plan.profile is Profile.CPU:
-        settings["KV cache"] = _flag(args, "--kv-cache-memory-bytes") or _DEFAULT
+        settings["KV cache"] = vllm_flag(args, "--kv-cache-memory-bytes") or _DEFAULT
     else:
         share = engine.gpu_memory_utilization
         settings["GPU memory share"] = f"{share:g}" if share is not None else _DEFAULT
     return settings
-
-
-def _flag(args: tuple[str, ...], flag: str) -> str | None:
-    """The value of ``flag`` as vLLM would read it (``--flag V`` or ``--flag=V``; the last
-    one wins)."""
-    found = None
-    for index, arg in enumerate(args):
-        if arg == flag and index + 1 < len(args):
-            found = args[index + 1]
-        elif arg.startswith(f"{flag}="):
-            found = arg.split("=", 1)[1]
-    return found
 
 
 def _transfer(plan: Plan) -> str:

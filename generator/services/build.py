@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.plan.start_order import gpus_started_alone
 from generator.routers import router_of
 from generator.services.model import (
     ConfigFile,
@@ -30,7 +31,6 @@ from generator.services.parts import (
     engine_service,
     lmcache_service,
     router_service,
-    shared_gpus_of,
     stack_sidecar_service,
 )
 from generator.topologies import topology_of
@@ -97,7 +97,7 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
     for sidecar in (s for s in stack_sidecars if s.host == host):
         services.append(stack_sidecar_service(plan, sidecar, images[sidecar.role]))
     engines = groups.engines.get(host, [])
-    shared = shared_gpus_of(engines)
+    alone = gpus_started_alone(plan, engines)
     for engine in engines:
         config = topology_of(plan).engine_config(plan, engine)
         configs += [config] if config is not None else []
@@ -110,7 +110,7 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
         image = images[engine.role.value]
         env_files = _env_files(plan)
         services.append(
-            engine_service(plan, engine, image, config, env_files, sidecars=own, shared_gpus=shared)
+            engine_service(plan, engine, image, config, env_files, sidecars=own, alone_gpus=alone)
         )
     if plan.router.host == host:
         config = router_of(plan).config_file(plan)

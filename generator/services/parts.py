@@ -23,12 +23,13 @@ Why the non-obvious settings are there (measured: docs/facts.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 from generator.observe.traces import traces_endpoint
 from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.plan.start_order import gpus_started_alone
 from generator.routers import router_of
 from generator.services.bench import bench_command, default_preset, preset_settings
 from generator.services.commands import engine_command
@@ -63,7 +64,6 @@ __all__ = [
     "gpu_env",
     "lmcache_service",
     "router_service",
-    "shared_gpus_of",
     "stack_sidecar_service",
 ]
 
@@ -86,11 +86,11 @@ def engine_service(
     env_files: tuple[str, ...],
     *,
     sidecars: Sequence[SidecarPlan] | None = None,
-    shared_gpus: AbstractSet[int] | None = None,
+    alone_gpus: AbstractSet[int] | None = None,
 ) -> Service:
-    """``sidecars``: the engine's own (its LMCache server), and ``shared_gpus``: its host's
-    GPUs that several engines compute on (``shared_gpus_of``), when the caller has them at
-    hand (else found in the plan: a scan of every sidecar or engine, per engine)."""
+    """``sidecars``: the engine's own (its LMCache server), and ``alone_gpus``: its host's
+    GPUs whose engines start one at a time (``gpus_started_alone``), when the caller has them
+    at hand (else found in the plan: a scan of every sidecar or engine, per engine)."""
     topology = topology_of(plan)
     service = Service(
         engine.name, engine.host, engine.role.value, image, tuple(engine_command(plan, engine))
@@ -122,7 +122,7 @@ def engine_service(
         depends_on=_healthy([sidecar.service for sidecar in sidecars]),
         max_restarts=plan.recovery.max_restarts,
         # Only a supervisor waits its turn: a service never restarted starts once, in `up`'s order.
-        starts_alone_on=(alone := _starts_alone_on(plan, engine, shared_gpus)),
+        starts_alone_on=(alone := _starts_alone_on(plan, engine, alone_gpus)),
         started_when=f"{engine.url}/health" if alone else None,
     )
     if not alone:
@@ -135,24 +135,14 @@ def engine_service(
     )
 
 
-def shared_gpus_of(engines: Iterable[EnginePlan]) -> frozenset[int]:
-    """The GPUs that more than one of ``engines`` (one host's) computes on (gpu.share)."""
-    seen: set[int] = set()
-    shared: set[int] = set()
-    for engine in engines:
-        shared.update(gpu for gpu in engine.gpus if gpu in seen)
-        seen.update(engine.gpus)
-    return frozenset(shared)
-
-
 def _starts_alone_on(
-    plan: Plan, engine: EnginePlan, shared: AbstractSet[int] | None
+    plan: Plan, engine: EnginePlan, alone: AbstractSet[int] | None
 ) -> tuple[int, ...]:
     if not engine.gpus or not plan.recovery.max_restarts:
         return ()
-    if shared is None:
-        shared = shared_gpus_of(e for e in plan.engines if e.host == engine.host)
-    return tuple(gpu for gpu in engine.gpus if gpu in shared)
+    if alone is None:
+        alone = gpus_started_alone(plan, (e for e in plan.engines if e.host == engine.host))
+    return tuple(gpu for gpu in engine.gpus if gpu in alone)
 
 
 def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from generator.plan import EnginePlan, Plan
 from generator.plan.observe import OTEL_SERVICE
+from generator.plan.start_order import gpus_started_alone
 from generator.workflow.builder import MINUTE, GraphBuilder
 from generator.workflow.context import RunContext, RunOptions
 from generator.workflow.graph import Graph
@@ -60,7 +61,7 @@ def _engine_part(
     limit = g.wait_limit_s(services.engine_deadline_s(g.plan))
     waits: list[Task] = []
     after: list[Task] = [ready]
-    for number, wave in enumerate(start_waves(engines)):
+    for number, wave in enumerate(start_waves(g.plan, engines)):
         names = [engine.name for engine in wave]
         started = g.add(
             g.on("start-engines" if number == 0 else f"start-engines-{number + 1}", host),
@@ -84,17 +85,18 @@ def _engine_part(
     return waits
 
 
-def start_waves(engines: Sequence[EnginePlan]) -> list[list[EnginePlan]]:
-    """Engines that share a GPU (gpu.share) start one after another, each once the one before
-    it is ready: vLLM sizes its KV cache from the GPU memory it sees used while it profiles,
-    so a neighbour loading at the same time is counted as its own (measured on one H200: the
-    second of two 0.4 engines got 0.92 GiB of KV cache and refused max_model_len). Engines on
-    GPUs of their own all start in the first wave."""
+def start_waves(plan: Plan, engines: Sequence[EnginePlan]) -> list[list[EnginePlan]]:
+    """Engines that share a GPU while one of them measures its KV cache start one after
+    another, each once the one before it is ready (``gpus_started_alone``: vLLM counts a
+    neighbour loading meanwhile as its own memory). Engines on GPUs of their own, or sharing
+    one with every KV cache's size given, all start in the first wave."""
+    alone = gpus_started_alone(plan, engines)
     waves: list[list[EnginePlan]] = []
     wave_of_gpu: dict[int, int] = {}
     for engine in engines:
-        number = max((wave_of_gpu[gpu] + 1 for gpu in engine.gpus if gpu in wave_of_gpu), default=0)
-        for gpu in engine.gpus:
+        serialized = [gpu for gpu in engine.gpus if gpu in alone]
+        number = max((wave_of_gpu[gpu] + 1 for gpu in serialized if gpu in wave_of_gpu), default=0)
+        for gpu in serialized:
             wave_of_gpu[gpu] = number
         if number == len(waves):
             waves.append([])

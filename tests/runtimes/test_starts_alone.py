@@ -13,11 +13,12 @@ import yaml
 
 from generator.paths import Workspace
 from generator.plan import Plan
+from generator.plan.start_order import gpus_started_alone, vllm_flag
 from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.runtimes.process_commands import Pythons, ServiceCommands
 from generator.serializers.process_file import load_process_project
-from generator.services.parts import START_LOCKS, shared_gpus_of
+from generator.services.parts import START_LOCKS
 from generator.spec import Isolation
 from generator.stack import load_spec
 from generator.supervise import LOCK_DIR_ENV
@@ -25,8 +26,9 @@ from generator.supervise import LOCK_DIR_ENV
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def rendered(stack: str) -> tuple[Plan, RenderedStack]:
-    plan = make_plan(load_spec(Workspace(ROOT).stack_file(stack), ["runtime=process"]))
+def rendered(stack: str, *overrides: str) -> tuple[Plan, RenderedStack]:
+    settings = ["runtime=process", *overrides]
+    plan = make_plan(load_spec(Workspace(ROOT).stack_file(stack), settings))
     return plan, render_stack(plan, Workspace(ROOT))
 
 
@@ -70,11 +72,35 @@ def _url(plan: Plan, engine: str) -> str:
 
 def test_engines_on_gpus_of_their_own_start_at_once() -> None:
     plan, files = rendered("xpyd-mp")  # one host, each engine on GPUs of its own
-    assert shared_gpus_of(plan.engines) == frozenset()
+    assert gpus_started_alone(plan, plan.engines) == frozenset()
     (project,) = files.processes
     assert all(s.starts_alone_on == () for s in project.services)
     cpu_plan, _ = rendered("cpu-1p1d")  # cores, not GPUs
-    assert shared_gpus_of(cpu_plan.engines) == frozenset()
+    assert gpus_started_alone(cpu_plan, cpu_plan.engines) == frozenset()
+
+
+def test_engines_given_their_kv_cache_size_take_no_lock() -> None:
+    """Given the size (--kv-cache-memory-bytes), vLLM measures no memory at start: a pair on
+    one GPU restarts at once, side by side, instead of one vLLM start after the other."""
+    sized = 'model.extra_args=["--kv-cache-memory-bytes", "20G", "--load-format", "dummy"]'
+    plan, files = rendered("xpyd-1gpu", sized)
+    assert gpus_started_alone(plan, plan.engines) == frozenset()
+    (project,) = files.processes
+    assert all(s.starts_alone_on == () and s.started_when is None for s in project.services)
+    one = 'prefill.extra_args=["--kv-cache-memory-bytes", "20G"]'  # the decoder measures
+    plan, files = rendered("xpyd-1gpu", one)
+    assert gpus_started_alone(plan, plan.engines) == frozenset({0})
+    (project,) = files.processes
+    assert project.service("prefill-0").starts_alone_on == (0,)  # it waits for the decoder too
+
+
+def test_a_flag_reads_as_vllm_reads_it() -> None:
+    assert vllm_flag(["--kv-cache-memory-bytes", "1G"], "--kv-cache-memory-bytes") == "1G"
+    assert vllm_flag(["--kv-cache-memory-bytes=2G", "--x"], "--kv-cache-memory-bytes") == "2G"
+    args = ["--kv-cache-memory-bytes", "1G", "--kv-cache-memory-bytes=3G"]
+    assert vllm_flag(args, "--kv-cache-memory-bytes") == "3G"  # the last one wins
+    assert vllm_flag(["--kv-cache-memory-bytes"], "--kv-cache-memory-bytes") is None
+    assert vllm_flag(["--kv-cache-memory-bytes-x", "1"], "--kv-cache-memory-bytes") is None
 
 
 def test_compose_engines_share_one_folder_of_locks(workspace: Workspace) -> None:

@@ -213,12 +213,29 @@ def test_start_waves_follow_each_gpu(workspace: Workspace) -> None:
     def engine(name: str, *gpus: int) -> EnginePlan:
         return template.model_copy(update={"name": name, "gpus": gpus})
 
+    plan = make_plan(load_spec(workspace.stack_file("xpyd-1gpu")))
     a, b, c, d = engine("a", 0, 1), engine("b", 1), engine("c", 2), engine("d", 0)
-    assert [[e.name for e in wave] for wave in start_waves([a, b, c, d])] == [
+    assert [[e.name for e in wave] for wave in start_waves(plan, [a, b, c, d])] == [
         ["a", "c"],
         ["b", "d"],
     ]
-    assert start_waves([]) == []
+    assert start_waves(plan, []) == []
+
+
+def test_engines_given_their_kv_cache_size_start_together_on_one_gpu(
+    workspace: Workspace,
+) -> None:
+    """vLLM measures no memory for a KV cache whose size it is given: nothing to mis-size."""
+    sized = ['model.extra_args=["--kv-cache-memory-bytes", "20G"]']
+    plan = make_plan(load_spec(workspace.stack_file("xpyd-1gpu"), sized))
+    assert [[e.name for e in wave] for wave in start_waves(plan, plan.engines)] == [
+        ["prefill-0", "decode-0"]
+    ]
+    assert not any(name.startswith("start-engines-") for name in build_graph(plan).order)
+    # One engine still measuring (its group's args only for decode): one after another again.
+    one = ['decode.extra_args=["--kv-cache-memory-bytes=20G"]']
+    half = make_plan(load_spec(workspace.stack_file("xpyd-1gpu"), one))
+    assert len(start_waves(half, half.engines)) == 2
 
 
 def test_selection_options_and_resume(workspace: Workspace, tmp_path: Path) -> None:
