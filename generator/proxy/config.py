@@ -141,6 +141,9 @@ class RecoveryConfig(_Strict):
     # stalled: it leaves rotation (as a failed health check) and sits out as long again, since
     # its /health still passes. None: never.
     stall_s: float | None = Field(None, gt=0)
+    # A request that finds no prefiller or decoder in rotation waits this long for one (a
+    # restart in progress) before its 503. 0: at once.
+    hold_s: float = Field(0.0, ge=0)
 
 
 class LimitsConfig(_Strict):

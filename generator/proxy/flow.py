@@ -114,6 +114,9 @@ async def _generate(ctx: Context, exchange: Exchange) -> web.StreamResponse:
 
 
 _PAIR_HEADERS = {"prefill": "X-Xpyd-Prefill", "decode": "X-Xpyd-Decode"}
+# A held request looks for a pair this often: a restarted engine rejoins at a health check,
+# seconds apart, so the poll adds at most this to its wait.
+_HOLD_POLL_S = 0.25
 
 
 async def _attempt(
@@ -124,7 +127,7 @@ async def _attempt(
     if exchange.attempt + 1 >= ctx.config.recovery.attempts:
         exchange.raw = b""  # no attempt after this one needs it
     view = RequestView.of(body, chat=exchange.chat)
-    prefiller, decoder = _choose(ctx, exchange.request, view, failed)
+    prefiller, decoder = await _choose(ctx, exchange.request, view, failed)
     # Named before the prefill, so that a failure says which pair it was.
     exchange.headers |= {"X-Xpyd-Prefill": prefiller.name, "X-Xpyd-Decode": decoder.name}
     check_context(exchange.facts, decoder.max_model_len)
@@ -192,21 +195,46 @@ def _serialize(
     exchange.decode = decode_base(body, drop=drops)
 
 
-def _choose(
+async def _choose(
+    ctx: Context, request: web.Request, view: RequestView, failed: dict[str, set[str]]
+) -> tuple[Backend[Any], Backend[DecoderConfig]]:
+    """A pair in rotation. With none, a first attempt waits up to ``recovery.hold_s`` for one
+    (an engine restarting: the health checks take it back); a later attempt, whose pairs
+    failed it, does not."""
+    hold_s = ctx.config.recovery.hold_s if not (failed["prefill"] or failed["decode"]) else 0.0
+    deadline = asyncio.get_running_loop().time() + hold_s
+    held = False
+    try:
+        while True:
+            try:
+                return _pick_pair(ctx, request, view, failed)
+            except NoBackend as exc:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    waited = f" after waiting {hold_s:g} s" if hold_s else ""
+                    message = f"no healthy prefiller or decoder{waited}"
+                    raise ProxyError(503, "no_backend", message) from exc
+                if not held:
+                    held = True
+                    ctx.metrics.held.inc()
+                await asyncio.sleep(min(_HOLD_POLL_S, left))
+    finally:
+        if held:
+            ctx.metrics.held.dec()
+
+
+def _pick_pair(
     ctx: Context, request: web.Request, view: RequestView, failed: dict[str, set[str]]
 ) -> tuple[Backend[Any], Backend[DecoderConfig]]:
     header = ctx.config.session_header
     session = ctx.sessions.key(request.headers.get(header)) if header else None
     sticky = ctx.sessions.get(session) if session else None
-    try:
-        prefiller = ctx.prefill.pick(
-            view, exclude=frozenset(failed["prefill"]), prefer=sticky[0] if sticky else None
-        )
-        decoder = ctx.decode.pick(
-            view, exclude=frozenset(failed["decode"]), prefer=sticky[1] if sticky else None
-        )
-    except NoBackend as exc:
-        raise ProxyError(503, "no_backend", "no healthy prefiller or decoder") from exc
+    prefiller = ctx.prefill.pick(
+        view, exclude=frozenset(failed["prefill"]), prefer=sticky[0] if sticky else None
+    )
+    decoder = ctx.decode.pick(
+        view, exclude=frozenset(failed["decode"]), prefer=sticky[1] if sticky else None
+    )
     if session:
         ctx.sessions.put(session, (prefiller.name, decoder.name))
     return prefiller, decoder

@@ -31,6 +31,11 @@ class ProxyMetrics:
             ["side", "reason"],
             registry=r,
         )
+        self.held = Gauge(
+            "xpyd_proxy_held_requests",
+            "Requests waiting for a prefiller or decoder to come back into rotation",
+            registry=r,
+        )
         self.backend_requests = Counter(
             "xpyd_proxy_backend_requests",
             "Requests sent to a backend",

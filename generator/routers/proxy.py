@@ -48,6 +48,7 @@ class Proxy:
         "health_failures",
         "attempts",
         "stall_s",
+        "hold_s",
     )
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
@@ -143,6 +144,7 @@ def _config(plan: Plan) -> ProxyConfig:
             health_failures=plan.recovery.health_failures,
             attempts=plan.recovery.attempts,
             stall_s=plan.recovery.stall_s,
+            hold_s=plan.recovery.hold_s,
         ),
         # Names looked up as often as engines are checked: an engine scaled in a cluster
         # (several addresses behind its name) joins within one round.

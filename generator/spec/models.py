@@ -228,6 +228,17 @@ class RecoverySpec(StrictModel):
         "still this long leaves rotation for as long again (null: never)",
     )
 
+    # vllm-router and a proxy without it answer 503 at once while a role has no engine in
+    # rotation: every request sent during a restart fails, where only those in flight need to.
+    hold_s: int = Field(
+        0,
+        ge=0,
+        le=600,
+        description="our proxy: a request that finds no prefiller or decoder in rotation "
+        "waits up to this long for one to come back (0: 503 at once); while it waits it "
+        "counts against the proxy's concurrency cap",
+    )
+
     @property
     def ejection_bound_s(self) -> int:
         """The longest a dead engine stays in rotation: its last check, then the failures."""

@@ -328,3 +328,49 @@ async def test_an_lmcache_pd_request_whose_decoder_dies_before_the_kv_arrives_go
     assert proxy.notices is not None
     await eventually(lambda: proxy.notices is not None and proxy.notices.in_flight == 0)
     await server.close()
+
+
+def held(proxy: Proxy) -> float:
+    return proxy.metrics.registry.get_sample_value("xpyd_proxy_held_requests") or 0.0
+
+
+async def test_a_request_waits_for_a_restarting_decoder_within_hold_s(
+    backends: list[FakeBackend],
+) -> None:
+    """recovery.hold_s: sent while the only decoder is out of rotation (restarting), a request
+    waits for the health checks to take it back instead of failing at once."""
+    p0, _, d0, _ = backends
+    d0.healthy = False
+    config = nixl_config([p0], [d0]) | {"recovery": {"hold_s": 5}, "timeouts": FAST_CHECKS}
+    proxy, server = await serve(config)
+    await eventually(lambda: not proxy.decode.available())
+    started = time.monotonic()
+    sending = asyncio.create_task(post(server, "/v1/completions", BODY))
+    await eventually(lambda: held(proxy) == 1)
+    await asyncio.sleep(0.3)
+    assert not sending.done()  # still waiting, not a 503
+    d0.healthy = True  # back: the next check (0.1 s apart) takes it into rotation
+    status, headers, raw = await sending
+    assert status == 200, raw
+    assert headers["X-Xpyd-Decode"] == "d0"
+    assert time.monotonic() - started < 3
+    assert held(proxy) == 0
+    await server.close()
+
+
+async def test_a_held_request_gets_its_503_once_hold_s_is_over(
+    backends: list[FakeBackend],
+) -> None:
+    p0, _, d0, _ = backends
+    d0.healthy = False
+    config = nixl_config([p0], [d0]) | {"recovery": {"hold_s": 0.5}, "timeouts": FAST_CHECKS}
+    proxy, server = await serve(config)
+    await eventually(lambda: not proxy.decode.available())
+    started = time.monotonic()
+    status, _, raw = await post(server, "/v1/completions", BODY)
+    waited = time.monotonic() - started
+    assert status == 503, raw
+    assert json.loads(raw)["error"]["message"].endswith("after waiting 0.5 s")
+    assert 0.5 <= waited < 2.5
+    assert held(proxy) == 0
+    await server.close()
