@@ -343,7 +343,7 @@ def _watch(
     runtimes = {id(r): r for r in (context.host_of(s).runtime for s in looked_at)}
     in_rotation = _rotation_reader(context.plan, services)
     while not stop.is_set():
-        looked, looked_wall = time.monotonic(), time.time()
+        began = time.monotonic()
         states: dict[str, ServiceState] = {}
         for runtime in runtimes.values():
             with contextlib.suppress(XpydError):  # an engine that does not answer: "missing"
@@ -352,21 +352,27 @@ def _watch(
             rotation, silent = in_rotation(), False
         except XpydError:
             rotation, silent = None, True
+        # Dated once both were read: a look whose status and health checks took seconds (on a
+        # busy machine, two Docker engines) saw the router's rotation at its end, and dated at
+        # its start it put a cut prefiller back in rotation before the cut ended (CI,
+        # 2026-12-06: 15.7 s into a 16 s cut).
+        looked, looked_wall = time.monotonic(), time.time()
         at_s = looked - origin
         faulted_at = fault_wall_time(looked_wall, at_s, fault_at_s)
         sample = combined_sample(
             at_s, states, services, rotation, followers, faulted_at=faulted_at, mutual=mutual
         )
         out.append(replace(sample, router_silent=silent))
-        stop.wait(max(0.0, LOOK_EVERY_S - (time.monotonic() - looked)))
+        stop.wait(max(0.0, LOOK_EVERY_S - (time.monotonic() - began)))
 
 
 def fault_wall_time(looked_wall: float, at_s: float, fault_at_s: float) -> float | None:
     """The fault's time in unix seconds, as the runtimes give start times (None before it:
-    its followers have nothing to redo), from the look's own start: a clock read after the
-    look's health checks (a starting engine's takes seconds) put the fault that much later,
-    past the killed service's restart, which then counted as started before the fault and its
-    followers as not needed (an H100 drill read "whole" while the decoder still started)."""
+    its followers have nothing to redo), from a look's monotonic and wall times read at the
+    same moment: the wall clock read after the look's health checks (a starting engine's take
+    seconds) and its monotonic one before them put the fault that much later, past the killed
+    service's restart, which then counted as started before the fault and its followers as
+    not needed (an H100 drill read "whole" while the decoder still started)."""
     return looked_wall - (at_s - fault_at_s) if at_s >= fault_at_s else None
 
 

@@ -248,7 +248,7 @@ def test_a_slow_look_still_sees_the_restart_after_the_fault() -> None:
     """The H100's killed prefiller (2026-12-06): restarted 0.2 s after the fault, its decoder
     still starting. A look whose health checks took 2 s read the clock after them, put the
     fault 2 s late, after the restart, and said "whole" (nothing to redo); the fault's time
-    comes from the look's start."""
+    comes from a look's two clocks read together."""
     fault_wall, fault_at_s = 1_000.0, 15.0
     prefill = ServiceState("prefill-0", "p", "running", "healthy", None, (), started_at=1000.2)
     decode = ServiceState("decode-0", "d", "running", "starting", None, (), started_at=1060.0)
