@@ -185,7 +185,9 @@ def _fix_engine_venv(
 ) -> None:
     """What the engine image does to its venv after installing the lock (one script for both):
     NIXL's idle delay read from the environment, and on cpu the vllm alias and AMX .pth."""
-    fix = [str(python), str(workspace.root / FIX_ENGINE_VENV), "--delay-env", NIXL_PTHR_DELAY_ENV]
+    # --venv-only: a GPU venv over the system's site-packages may import the host's NIXL.
+    script = str(workspace.root / FIX_ENGINE_VENV)
+    fix = [str(python), script, "--delay-env", NIXL_PTHR_DELAY_ENV, "--venv-only"]
     if not cpu:
         _run(fix, on_line, "fixing the venv")
         return

@@ -1,14 +1,27 @@
-"""Finding the external checkers the tests run (real docker compose, hadolint)."""
+"""Finding the external checkers the tests run (real docker compose, hadolint), and loading
+the standalone scripts the images run (images/assets/) as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script that is no package module (it runs inside images), imported from its file."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def compose_cli() -> list[str]:

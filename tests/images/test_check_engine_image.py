@@ -3,7 +3,6 @@ engine image, that it passes there and fails on a broken environment."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +14,7 @@ from generator.paths import Workspace
 from generator.planner import make_plan
 from generator.render.images import plan_images
 from generator.stack import load_spec
+from tests.tools import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/check_engine_image.py"
 IN_IMAGE = "/opt/xpyd/check_engine_image.py"
@@ -22,12 +22,7 @@ IN_IMAGE = "/opt/xpyd/check_engine_image.py"
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_engine_image", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 PIP_CHECK = """\

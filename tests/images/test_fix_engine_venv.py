@@ -5,11 +5,12 @@ patched in every cpu image build, whose check measures the idle thread (test_che
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.tools import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "images/assets/fix_engine_venv.py"
 UPSTREAM = "class A:\n    def __init__(self):\n        agent_config.pthrDelay = 0\n        more()\n"
@@ -17,12 +18,7 @@ UPSTREAM = "class A:\n    def __init__(self):\n        agent_config.pthrDelay = 
 
 @pytest.fixture(scope="module")
 def fix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fix_engine_venv", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def nixl(site: Path, text: str, variant: str = "nixl_cu12") -> Path:
@@ -64,8 +60,8 @@ def test_each_variant_is_patched_where_python_imports_it(fix: ModuleType, tmp_pa
     imported = nixl(venv, UPSTREAM, "nixl_cu13")
     shadowed = nixl(system, UPSTREAM, "nixl_cu13")
     only_system = nixl(system, UPSTREAM, "nixl_cu12")
-    patched = fix.patch_nixl_delay([tmp_path / "absent", venv, system], "D")
-    assert patched == [imported, only_system]
+    patched, left = fix.patch_nixl_delay([tmp_path / "absent", venv, system], "D")
+    assert (patched, left) == ([imported, only_system], [])
     assert "pthrDelay = 0\n" in shadowed.read_text()
     assert "pthrDelay = 0\n" not in imported.read_text()
 
@@ -73,3 +69,24 @@ def test_each_variant_is_patched_where_python_imports_it(fix: ModuleType, tmp_pa
 def test_no_nixl_on_the_path_is_an_error(fix: ModuleType, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no nixl_cu"):
         fix.patch_nixl_delay([tmp_path], "D")
+
+
+def test_a_venv_only_patch_leaves_the_hosts_own_nixl_alone(fix: ModuleType, tmp_path: Path) -> None:
+    """A GPU venv over the system's site-packages may import the host's NIXL: the process
+    runtime's env patches only what lies in the venv."""
+    venv, system = tmp_path / "venv", tmp_path / "system"
+    ours = nixl(venv, UPSTREAM, "nixl_cu13")
+    theirs = nixl(system, UPSTREAM, "nixl_cu12")
+    patched, left = fix.patch_nixl_delay([venv, system], "D", inside=venv)
+    assert (patched, left) == ([ours], [theirs])
+    assert theirs.read_text() == UPSTREAM
+
+
+def test_a_linked_api_file_is_not_written_through(fix: ModuleType, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.py"
+    target.write_text(UPSTREAM)
+    (tmp_path / "site" / "nixl_cu12").mkdir(parents=True)
+    (tmp_path / "site" / "nixl_cu12" / "_api.py").symlink_to(target)
+    with pytest.raises(SystemExit, match="is a link"):
+        fix.patch_nixl_delay([tmp_path / "site"], "D")
+    assert target.read_text() == UPSTREAM
