@@ -23,7 +23,6 @@ from generator.plan.parts import (
     TopologyPlan,
 )
 from generator.spec import (
-    NIXL_IDLE_DELAY_US,
     DockerAccess,
     GpuAccess,
     ImagesSpec,
@@ -122,7 +121,7 @@ class UcxPlan(Frozen):
     net_devices: str | None = None  # UCX_NET_DEVICES
     # NIXL's progress thread's poll timeout (XPYD_NIXL_PTHR_DELAY_US, read by our patch of NIXL):
     # 0 is NIXL's own (it spins).
-    nixl_idle_delay_us: int = NIXL_IDLE_DELAY_US
+    nixl_idle_delay_us: int
 
 
 class EnginePlan(Frozen):

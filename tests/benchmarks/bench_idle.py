@@ -97,8 +97,7 @@ class ProcessService:
                 stat = Path(f"/proc/{pid}/stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime: every thread's, ended too
+            ticks += cpu_ticks(stat)  # a process's: every thread's, ended ones too
         return int(ticks * NS_PER_S / TICKS_PER_S)
 
     def thread_ids(self) -> list[int]:
@@ -150,6 +149,13 @@ def cgroup_v1_dir(path: str) -> Path:
     raise RuntimeError(f"no cpuacct hierarchy under {CGROUP}")
 
 
+def cpu_ticks(stat: str) -> int:
+    """utime + stime of a /proc stat line (the fields after the command, which may hold
+    spaces and parentheses, so counted from its last ')')."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def thread_ticks(tids: list[int]) -> dict[tuple[int, str], int]:
     """utime + stime of each thread, keyed by (tid, 'process/thread' names)."""
     ticks = {}
@@ -161,11 +167,8 @@ def thread_ticks(tids: list[int]) -> dict[tuple[int, str], int]:
             process = Path(f"/proc/{tgid}/comm").read_text().strip()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue  # a thread that ended between listing and reading
-        comm, fields = (
-            stat[stat.index("(") + 1 : stat.rindex(")")],
-            stat[stat.rindex(")") + 2 :].split(),
-        )
-        ticks[(tid, f"{process}/{comm}")] = int(fields[11]) + int(fields[12])
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ticks[(tid, f"{process}/{comm}")] = cpu_ticks(stat)
     return ticks
 
 

@@ -330,6 +330,18 @@ async def test_an_lmcache_pd_request_whose_decoder_dies_before_the_kv_arrives_go
     await server.close()
 
 
+async def _only_decoder_out(
+    backends: list[FakeBackend], *, hold_s: float
+) -> tuple[Proxy, ProxyServer]:
+    """A proxy whose one decoder (d0) fails its checks (restarting) and is out of rotation."""
+    p0, _, d0, _ = backends
+    d0.healthy = False
+    config = nixl_config([p0], [d0]) | {"recovery": {"hold_s": hold_s}, "timeouts": FAST_CHECKS}
+    proxy, server = await serve(config)
+    await eventually(lambda: not proxy.decode.available())
+    return proxy, server
+
+
 def held(proxy: Proxy) -> float:
     return proxy.metrics.registry.get_sample_value("xpyd_proxy_held_requests") or 0.0
 
@@ -339,11 +351,8 @@ async def test_a_request_waits_for_a_restarting_decoder_within_hold_s(
 ) -> None:
     """recovery.hold_s: sent while the only decoder is out of rotation (restarting), a request
     waits for the health checks to take it back instead of failing at once."""
-    p0, _, d0, _ = backends
-    d0.healthy = False
-    config = nixl_config([p0], [d0]) | {"recovery": {"hold_s": 5}, "timeouts": FAST_CHECKS}
-    proxy, server = await serve(config)
-    await eventually(lambda: not proxy.decode.available())
+    d0 = backends[2]
+    proxy, server = await _only_decoder_out(backends, hold_s=5)
     started = time.monotonic()
     sending = asyncio.create_task(post(server, "/v1/completions", BODY))
     await eventually(lambda: held(proxy) == 1)
@@ -361,11 +370,7 @@ async def test_a_request_waits_for_a_restarting_decoder_within_hold_s(
 async def test_a_held_request_gets_its_503_once_hold_s_is_over(
     backends: list[FakeBackend],
 ) -> None:
-    p0, _, d0, _ = backends
-    d0.healthy = False
-    config = nixl_config([p0], [d0]) | {"recovery": {"hold_s": 0.5}, "timeouts": FAST_CHECKS}
-    proxy, server = await serve(config)
-    await eventually(lambda: not proxy.decode.available())
+    proxy, server = await _only_decoder_out(backends, hold_s=0.5)
     started = time.monotonic()
     status, _, raw = await post(server, "/v1/completions", BODY)
     waited = time.monotonic() - started
