@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -20,3 +21,13 @@ async def backends() -> AsyncIterator[list[FakeBackend]]:
     yield started
     for backend in started:
         await backend.close()
+
+
+@pytest.fixture
+def dead_url() -> Iterator[str]:
+    """A loopback URL that refuses connections for the whole test: its port stays bound but
+    never listens, so no server started meanwhile (this test's own proxy, or another worker's)
+    can take it, as a port found free and then released could be (CI 2026-12-06)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"

@@ -156,10 +156,10 @@ async def test_session_header_keeps_the_pair(backends: list[FakeBackend]) -> Non
     await server.close()
 
 
-async def test_ready_health_and_metrics(backends: list[FakeBackend]) -> None:
+async def test_ready_health_and_metrics(backends: list[FakeBackend], dead_url: str) -> None:
     p0, _, _, _ = backends
     config = nixl_config([p0], [])
-    config["decode"] = [{"name": "dead", "url": f"http://127.0.0.1:{free_port()}"}]
+    config["decode"] = [{"name": "dead", "url": dead_url}]
     proxy, server = await serve(config)
     await proxy.check_health()
     async with aiohttp.ClientSession() as client:

@@ -14,7 +14,6 @@ from tests.proxy.harness import (
     assert_openai_error,
     backend_addresses,
     eventually,
-    free_port,
     nixl_config,
     nothing_held,
     post,
@@ -76,11 +75,11 @@ async def test_a_decoder_that_breaks_off_a_passed_on_answer_cuts_the_connection(
 
 
 async def test_an_unreachable_prefiller_is_named_not_located(
-    backends: list[FakeBackend],
+    backends: list[FakeBackend], dead_url: str
 ) -> None:
     _, _, d0, _ = backends
     config = nixl_config([], [d0])
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = dead_url
     config["prefill"] = [{"name": "p-dead", "url": dead}]
     proxy, server = await serve(config)
     proxy.prefill.health(proxy.prefill.backends[0], ok=True)  # as if it had just died
