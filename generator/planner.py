@@ -267,7 +267,9 @@ def _plan_observe(spec: Spec, book: PortBook) -> ObservePlan | None:
     if not observe.enabled:
         return None
     host = spec.hosts[0]
-    grafana = observe.grafana if observe.grafana is not None else spec.profile is Profile.GPU
+    # Grafana comes as an image: by default on GPU hosts that run containers.
+    by_default = spec.profile is Profile.GPU and runtime_kind(spec.runtime).containers
+    grafana = observe.grafana if observe.grafana is not None else by_default
 
     def claim(field: str, owner: str, purpose: str) -> int:
         base: int = getattr(spec.ports, field)

@@ -206,10 +206,14 @@ def observe(
     import json
 
     from generator.cli.tables import print_observe
+    from generator.paths import find_workspace
     from generator.probes.prometheus import Answer, check_prometheus
     from generator.workbench import load_plan
+    from generator.workflow.runtimes import running_plan
 
-    report = check_prometheus(load_plan(stack, set_ or []))
+    workspace = find_workspace()
+    plan = running_plan(load_plan(stack, set_ or [], workspace), workspace, set_ or [])
+    report = check_prometheus(plan)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -4,6 +4,7 @@ to say), and ``prometheus.yml`` scraping them with the labels dashboards and rul
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any, Final
 
 from generator.plan import EnginePlan, Plan
@@ -58,7 +59,9 @@ def prometheus_config(plan: Plan, observe: ObservePlan) -> dict[str, Any]:
             "evaluation_interval": f"{observe.scrape_interval_s}s",
             "external_labels": {"stack": plan.stack},
         },
-        "rule_files": [RULES_PATH],
+        # Beside the config wherever it is read from: a container's /etc/prometheus, or the
+        # host's rendered folder for a process (Prometheus reads a relative path from there).
+        "rule_files": [PurePosixPath(RULES_PATH).name],
         "scrape_configs": [_job(plan, job, [p for p in pages if p.part == job]) for job in jobs],
     }
 

@@ -13,10 +13,13 @@ from urllib.parse import urlencode
 from generator.errors import StackError
 from generator.observe.panels import dashboard_rows
 from generator.observe.rules import recording_rules
+from generator.observe.targets import scrape_targets
 from generator.plan import Plan
 from generator.probes.http import ProbeClient
+from generator.runtimes.kinds import runtime_kind
 
 __all__ = [
+    "MISSING",
     "Answer",
     "ObserveReport",
     "Prometheus",
@@ -24,8 +27,13 @@ __all__ = [
     "as_grafana_asks",
     "asked_queries",
     "check_prometheus",
+    "planned_targets",
     "prometheus_url",
+    "unscraped_targets",
 ]
+
+MISSING = "missing"  # a planned target Prometheus does not list
+_UNSCRAPED = (MISSING, "unknown")  # "unknown": listed, its first scrape still to come
 
 # Grafana's variables at "All" (regex .*) and its rate interval (4 scrapes at 5 s, rounded up).
 _GRAFANA_DEFAULTS = {
@@ -79,8 +87,10 @@ def prometheus_url(plan: Plan) -> str:
         )
     observe = plan.observe
     # With host networking and observe.publish off it listens on its host's loopback only:
-    # reached from that host alone (a multi-host stack's first host: run observe there).
-    loopback = plan.network == "host" and not observe.public
+    # reached from that host alone (a multi-host stack's first host: run observe there); on
+    # a node a login node drives (Slurm), on the node's address.
+    outside = runtime_kind(plan.runtime).hosts_elsewhere
+    loopback = plan.network == "host" and not observe.public and not outside
     address = "127.0.0.1" if loopback else plan.reach_address(observe.host)
     return f"http://{address}:{observe.prometheus_port}"
 
@@ -89,11 +99,27 @@ def check_prometheus(plan: Plan, *, timeout_s: float = 10.0) -> ObserveReport:
     url = prometheus_url(plan)
     with ProbeClient(plan.stack, timeout_s=timeout_s) as client:
         prometheus = Prometheus(client, url)
-        targets = _targets(prometheus)
+        # A planned target Prometheus does not list (yet: it learns them seconds after it
+        # starts) is no pass: it is reported as missing.
+        missing = dict.fromkeys(planned_targets(plan), MISSING)
+        targets = missing | _targets(prometheus)
         rules, errors = _rules(prometheus)
         firing, pending = _alerts(prometheus)
         queries = tuple(_ask(prometheus, source, expr) for source, expr in asked_queries(plan))
     return ObserveReport(targets, rules, errors, firing, pending, queries)
+
+
+def planned_targets(plan: Plan) -> list[str]:
+    """Each page the plan has Prometheus scrape, named as ``observe`` reports targets."""
+    return [f"{page.part} {page.service}" for page in scrape_targets(plan)]
+
+
+def unscraped_targets(plan: Plan, *, timeout_s: float = 10.0) -> list[str]:
+    """The planned targets Prometheus has not scraped once yet (not listed, or ``unknown``);
+    a target whose scrape failed was scraped (``down``)."""
+    with ProbeClient(plan.stack, timeout_s=timeout_s) as client:
+        seen = _targets(Prometheus(client, prometheus_url(plan)))
+    return [name for name in planned_targets(plan) if seen.get(name, MISSING) in _UNSCRAPED]
 
 
 def asked_queries(plan: Plan) -> list[tuple[str, str]]:

@@ -65,6 +65,7 @@ from generator.serializers.process import (
     map_path,
 )
 from generator.serializers.process_file import load_process_project
+from generator.services.observe import PROMETHEUS_DATA
 from generator.spec import Isolation
 from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 from generator.supervise import STOPPING_FILE, last_said
@@ -418,6 +419,8 @@ class ProcessStack:
             for suffix in _SERVICE_FILES:
                 remove_file(self.root, self._file(name, suffix))
         remove_file(self.root, self.state_dir / STATE_FILE)
+        # Prometheus's series end with the stack, as a container's anonymous volume does.
+        remove_tree(self.root, self._plan.state / PROMETHEUS_DATA)
         if volumes:
             for folder in ("vllm-cache", "model-cache"):
                 remove_tree(self.root, self._plan.state / folder)

@@ -30,6 +30,12 @@ _DROPPED_ENV = (
     "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__", MARKER_ENV
 )  # fmt: skip
 
+# Tools a service runs that no lock installs: where a host gets them.
+_NOT_FROM_THE_LOCK = {
+    "prometheus": "install Prometheus on PATH (Debian: apt-get install prometheus; or the "
+    "prometheus binary of a release from prometheus.io), or set observe.enabled: false",
+}
+
 
 @dataclass(frozen=True)
 class Pythons:
@@ -98,7 +104,9 @@ class ServiceCommands:
         if found is None:
             raise StackError(
                 f"{service.name} runs {name}, found neither beside {python} nor on PATH",
-                hint="install the stack's lock into that Python (python -m generator env)",
+                hint=_NOT_FROM_THE_LOCK.get(
+                    name, "install the stack's lock into that Python (python -m generator env)"
+                ),
             )
         return [found]
 

@@ -20,11 +20,12 @@ from generator.services.model import (
     HostServices,
     ImageBuildRef,
     ImageRef,
+    NamedVolume,
     Secret,
     Service,
     Volume,
 )
-from generator.services.observe import observe_services
+from generator.services.observe import PROMETHEUS_DATA, observe_services
 from generator.services.parts import (
     START_LOCKS,
     bench_service,
@@ -127,7 +128,9 @@ def _host(plan: Plan, host: str, images: Mapping[str, ImageRef], groups: _Groups
         project_name(plan, host),
         directory,
         tuple(services),
-        volumes=(_volumes(plan) if uses_models else ()) + _lock_volume(services),
+        volumes=(_volumes(plan) if uses_models else ())
+        + _lock_volume(services)
+        + _prometheus_volume(plan, host, services),
         configs=tuple(configs),
         secrets=_secrets(plan) if uses_models else (),
     )
@@ -145,6 +148,14 @@ def _lock_volume(services: Sequence[Service]) -> tuple[Volume, ...]:
     the GPU is the host's."""
     alone = any(service.starts_alone_on for service in services)
     return (Volume(START_LOCKS, _START_LOCKS_VOLUME),) if alone else ()
+
+
+def _prometheus_volume(plan: Plan, host: str, services: Sequence[Service]) -> tuple[Volume, ...]:
+    """A Prometheus process's data folder (a container's is its image's own volume)."""
+    mounts = (m for s in services for m in s.mounts if isinstance(m, NamedVolume))
+    if not any(mount.volume == PROMETHEUS_DATA for mount in mounts):
+        return ()
+    return (Volume(PROMETHEUS_DATA, f"{project_name(plan, host)}-prometheus"),)
 
 
 def _secrets(plan: Plan) -> tuple[Secret, ...]:

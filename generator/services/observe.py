@@ -10,25 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Final
 
 from generator.observe.files import PROMETHEUS_CONFIG_PATH, observe_configs
 from generator.observe.traces import OTEL_CONFIG_PATH, collector_config
 from generator.plan import Plan
 from generator.plan.files import ConfigFile
 from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
+from generator.runtimes.kinds import runtime_kind
 from generator.services.model import (
     Health,
     HttpEndpoint,
     ImageRef,
+    NamedVolume,
     NetworkMode,
     PublishedPort,
     Service,
 )
+from generator.services.parts import python_health
 
-__all__ = ["observe_services"]
+__all__ = ["PROMETHEUS_DATA", "observe_services"]
 
 _START_PERIOD_S = 60
 _TSDB = "/prometheus"  # the upstream image's data folder (a volume of its own there)
+# Where a Prometheus process keeps it: a volume of the project (its state folder).
+PROMETHEUS_DATA: Final = "prometheus-data"
 
 
 def observe_services(plan: Plan, images: Mapping[str, ImageRef]) -> tuple[Service, ...]:
@@ -47,8 +53,10 @@ def observe_services(plan: Plan, images: Mapping[str, ImageRef]) -> tuple[Servic
 
 
 def _listen_address(plan: Plan, observe: ObservePlan) -> str:
-    """Inside a bridge container every interface (the host side decides, by publishing)."""
-    return "0.0.0.0" if observe.public or plan.network == "bridge" else "127.0.0.1"
+    """Inside a bridge container every interface (the host side decides, by publishing); on a
+    node a login node drives (Slurm), its own address too, where `observe` asks it."""
+    outside = runtime_kind(plan.runtime).hosts_elsewhere
+    return "0.0.0.0" if observe.public or plan.network == "bridge" or outside else "127.0.0.1"
 
 
 def _placed(plan: Plan, observe: ObservePlan, service: Service, port: int) -> Service:
@@ -73,14 +81,24 @@ def _wget_health(port: int, path: str) -> Health:
 
 def _prometheus(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:
     port = observe.prometheus_port
+    # Paths as arguments of their own: the process runtime maps a container path to its host
+    # path only where an argument starts with one.
     command = (
         "prometheus",
-        f"--config.file={PROMETHEUS_CONFIG_PATH}",
-        f"--storage.tsdb.path={_TSDB}",
+        "--config.file", PROMETHEUS_CONFIG_PATH,
+        "--storage.tsdb.path", _TSDB,
         f"--web.listen-address={_listen_address(plan, observe)}:{port}",
-    )
+    )  # fmt: skip
     service = Service(PROMETHEUS_SERVICE, observe.host, "prometheus", image, command)
     service = _placed(plan, observe, service, port)
+    if not runtime_kind(plan.runtime).containers:
+        # A process: `prometheus` from PATH, its data in the project's state folder, and
+        # its readiness asked by a Python (a host need not have wget).
+        return replace(
+            service,
+            mounts=(NamedVolume(PROMETHEUS_DATA, _TSDB),),
+            health=python_health(port, "/-/ready", _START_PERIOD_S),
+        )
     # The upstream image's entrypoint is prometheus itself: the command is its arguments there.
     if image.build is None:
         service = replace(service, command=command[1:])

@@ -63,6 +63,7 @@ __all__ = [
     "engine_service",
     "gpu_env",
     "lmcache_service",
+    "python_health",
     "router_service",
     "stack_sidecar_service",
 ]
@@ -109,7 +110,7 @@ def engine_service(
     # And the sockets the topology opens besides vLLM's (lmcache-pd decoders' receiver ports,
     # where LMCache binds them).
     start = _START_PERIOD_S[plan.profile]
-    health = _health(engine.http_port, "/health", start, topology.engine_listening(engine))
+    health = python_health(engine.http_port, "/health", start, topology.engine_listening(engine))
     # Up (/health) is not serving: as the workflow's engine wait, /v1/models must answer too.
     health = replace(health, ready=HttpEndpoint(engine.http_port, "/v1/models"))
     if sidecars is None:
@@ -190,7 +191,7 @@ def lmcache_service(
     # The server copies KV to and from its engine's GPUs (CUDA IPC; LMCache finds the device by
     # UUID, so the engine's other visible GPUs do not matter): it sees exactly those.
     service = _computing(plan, service, devices=engine.gpus, cpus=(), rdma=False)
-    health = _health(sidecar.health_port, sidecar.health_path, 120)
+    health = python_health(sidecar.health_port, sidecar.health_path, 120)
     # The stack's sidecars on this host (the P2P coordinator) come up healthy first: a server
     # with P2P on registers with it at start. Across hosts the workflow's order does it.
     if stack_sidecars is None:
@@ -215,7 +216,7 @@ def stack_sidecar_service(plan: Plan, sidecar: SidecarPlan, image: ImageRef) -> 
     command = tuple(topology_of(plan).sidecar_command(plan, None, sidecar))
     service = Service(sidecar.service, sidecar.host, sidecar.role, image, command)
     service = _identity(plan, _networked(plan, service, [sidecar.health_port]), sidecar.service)
-    health = _health(sidecar.health_port, sidecar.health_path, 120)
+    health = python_health(sidecar.health_port, sidecar.health_path, 120)
     return replace(
         service, env=_LMCACHE_ENV, health=health, max_restarts=plan.recovery.max_restarts
     )
@@ -233,7 +234,7 @@ def router_service(plan: Plan, image: ImageRef, config: ConfigFile | None) -> Se
         exposed=tuple(exposed),
         configs=(config,) if config is not None else (),
         depends_on=_healthy(local),
-        health=_health(router.port, "/health", 120),
+        health=python_health(router.port, "/health", 120),
         max_restarts=plan.recovery.max_restarts,
     )
 
@@ -356,7 +357,7 @@ def _engine_mounts(plan: Plan) -> tuple[Mount, ...]:
     return tuple(mounts)
 
 
-def _health(
+def python_health(
     port: int, path: str, start_period_s: int, listening: list[tuple[str, int]] | None = None
 ) -> Health:
     probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"

@@ -532,7 +532,9 @@ class ObserveSpec(StrictModel):
         "only (loopback on a bridge), as the stack's other ports",
     )
     grafana: bool | None = Field(
-        None, description="Grafana with the stack's dashboards; default: on for gpu, off for cpu"
+        None,
+        description="Grafana with the stack's dashboards; default: on for gpu under compose, "
+        "else off",
     )
     traces: bool = Field(
         False, description="an OTLP collector (gpu only); the engines send it their traces"

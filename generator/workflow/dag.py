@@ -190,8 +190,8 @@ def _observe_part(g: GraphBuilder, after: Task) -> Task | None:
     checked = [name for name in names if name != OTEL_SERVICE]
     return g.add(
         g.on("wait-observe", host),
-        services.wait_healthy(host, checked),
-        f"{host}: {', '.join(checked)} healthy",
+        services.wait_observed(host, checked),
+        f"{host}: {', '.join(checked)} healthy, every target scraped once",
         g.wait_limit_s(services.SIDECAR_DEADLINE_S),
         start,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -26,6 +27,8 @@ from tests.integration.conftest import cli, interrupt_cli, workspace_copy
 
 pytestmark = pytest.mark.stack
 RUN = f"proc-{int(time.time())}"
+# cpu-1p1d runs observed: Prometheus as one more process, from PATH (Debian's package in CI).
+OBSERVED = ["--set", "observe.enabled=true"]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +70,10 @@ def port_free(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def nixl_mp_up(copy: Path, pythons: list[str]) -> Iterator[dict[str, object]]:
+    if shutil.which("prometheus") is None:
+        pytest.skip("no prometheus on PATH: apt-get install prometheus (.ci/setup --tests does)")
     run_id = f"{RUN}-1p1d"
-    result = cli("up", "cpu-1p1d", *pythons, "--run-id", run_id, root=copy)
+    result = cli("up", "cpu-1p1d", *pythons, *OBSERVED, "--run-id", run_id, root=copy)
     yield {"result": result, "run_id": run_id}
     cli("down", "cpu-1p1d", root=copy)
 
@@ -105,13 +110,34 @@ def test_status_and_logs_from_another_shell(copy: Path, nixl_mp_up: dict[str, ob
     assert len(logs.stdout.splitlines()) == 5
 
 
+def test_observe_reads_the_process_stacks_prometheus(
+    copy: Path, nixl_mp_up: dict[str, object]
+) -> None:
+    """Every part scraped, every rule loaded from the rules file beside the config (a rule
+    file Prometheus could not find would load no rule and say nothing)."""
+    observed = ["--set", "runtime=process", *OBSERVED, "--json"]
+    result = cli("observe", "cpu-1p1d", *observed, root=copy)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["targets"] == {
+        f"{part} {service}": "up"
+        for part, service in (
+            ("lmcache", "lmcache-prefill-0"), ("lmcache", "lmcache-decode-0"),
+            ("vllm", "prefill-0"), ("vllm", "decode-0"), ("vllm-router", "router"),
+        )
+    }  # fmt: skip
+    assert report["rules"]["XpydDecoderRecomputesPrompts"] == "ok"
+    assert set(report["rules"].values()) == {"ok"}
+    assert (copy / ".cache/process/xpyd-cpu-1p1d/prometheus-data").is_dir()
+
+
 def test_a_killed_engine_is_restarted_by_its_supervisor_and_serves_again(
     copy: Path, pythons: list[str], nixl_mp_up: dict[str, object]
 ) -> None:
     """`bench --fault` on processes: no runtime policy here, the supervisor is the policy."""
     run_id = f"{RUN}-kill"
     fault = ["--fault", "kill:decode-0@5", "--fault-duration-s", "20"]
-    result = cli("bench", "cpu-1p1d", *pythons, *fault, "--run-id", run_id, root=copy)
+    result = cli("bench", "cpu-1p1d", *pythons, *OBSERVED, *fault, "--run-id", run_id, root=copy)
     report = copy / "runs" / run_id / "fault.md"
     said = report.read_text() if report.exists() else result.stdout[-3000:]
     assert result.returncode == 0, said + result.stderr[-3000:]
@@ -132,7 +158,9 @@ def test_down_leaves_nothing_running(copy: Path, nixl_mp_up: dict[str, object]) 
     down = cli("down", "cpu-1p1d", root=copy)
     assert down.returncode == 0, down.stderr
     assert processes_of(copy, "xpyd-cpu-1p1d") == []
-    assert all(port_free(port) for port in (7100, 7200, 6555, 6556, 30000))
+    assert all(port_free(port) for port in (7100, 7200, 6555, 6556, 30000, 9490))
+    # Prometheus's series end with the stack, as a container's anonymous volume does.
+    assert not (copy / ".cache/process/xpyd-cpu-1p1d/prometheus-data").exists()
     status = cli("status", "cpu-1p1d", root=copy)
     assert "running" not in status.stdout
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -115,34 +115,72 @@ def _wait_until_ended(cluster: SlurmCluster, copy: Path, ended: str) -> None:
     raise AssertionError(f"the job did not end by its time limit: {status.stderr[-2000:]}")
 
 
-def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
-    cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
-) -> None:
-    command = ["up", STACK, *pythons, "--run-id", "end-scancel"]
+def _up_ended_while_engines_load(
+    cluster: SlurmCluster,
+    copy: Path,
+    command: list[str],
+    end: Callable[[str], object],
+    stderr_file: Path,
+) -> tuple[str, int | None, str, float]:
+    """`up` started, then ``end(job_id)`` once the decoder's step runs (its engine loading):
+    the job's id, `up`'s exit code and stderr, and how long after ``end`` it exited."""
     earlier = _job_ids(cluster)  # a job still completing is not this up's
-    with (tmp_path / "up.err").open("w+") as errors:
+    with stderr_file.open("w+") as errors:
         up = subprocess.Popen(
             cluster.client_command(sys.executable, "-m", "generator", *command),
             env=client_env(cluster, copy), stdout=subprocess.DEVNULL, stderr=errors, text=True,
         )  # fmt: skip
         try:
             job_id = _wait_for_step(cluster, ":decode-0", up, earlier)
-            cancelled = time.monotonic()
-            cluster.run("scancel", job_id)
+            ended = time.monotonic()
+            end(job_id)
             up.wait(timeout=240)
         finally:
             if up.poll() is None:
                 up.kill()  # our own child; its steps end with the job
                 up.wait()
         errors.seek(0)
-        stderr = errors.read()
-    took_s = time.monotonic() - cancelled
-    assert up.returncode == 1, stderr[-3000:]
+        return job_id, up.returncode, errors.read(), time.monotonic() - ended
+
+
+def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
+    cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
+) -> None:
+    command = ["up", STACK, *pythons, "--run-id", "end-scancel"]
+    job_id, code, stderr, took_s = _up_ended_while_engines_load(
+        cluster, copy, command, lambda job: cluster.run("scancel", job), tmp_path / "up.err"
+    )
+    assert code == 1, stderr[-3000:]
     said = f"slurm job {job_id} of stack {STACK} ended: CANCELLED (scancel, by you or an "
     assert said in stderr, stderr[-3000:]
     assert took_s < 60, f"up took {took_s:.0f} s to see the job cancelled"
     print(f"[slurm-end] up saw the scancel after {took_s:.0f} s", flush=True)
     _status_and_down(cluster, copy, f"slurm job {job_id} of stack {STACK} ended: CANCELLED")
+
+
+def test_a_node_that_goes_down_fails_ups_wait_at_once_with_one_line(
+    cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
+) -> None:
+    """host-b's node set DOWN by an administrator (as slurmctld sets a node that stops
+    answering, after SlurmdTimeout): Slurm ends the job (NODE_FAIL; it is not requeued), and
+    `up` says so, naming the job's nodes, and where to read why."""
+    node = cluster.nodes[1].name
+    down = ["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=xpyd-test"]
+    command = ["up", STACK, *pythons, "--run-id", "end-node"]
+    try:
+        job_id, code, stderr, took_s = _up_ended_while_engines_load(
+            cluster, copy, command, lambda _job: cluster.run(*down), tmp_path / "up.err"
+        )
+    finally:
+        cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+    assert code == 1, stderr[-3000:]
+    said = f"slurm job {job_id} of stack {STACK} ended: NODE_FAIL (a node of it ("
+    assert said in stderr, stderr[-3000:]
+    assert "failed or stopped answering slurmctld)" in stderr
+    assert "`sinfo -R` says why a node is down" in stderr
+    assert took_s < 60, f"up took {took_s:.0f} s to see the node go down"
+    print(f"[slurm-end] up saw the node go down after {took_s:.0f} s", flush=True)
+    _status_and_down(cluster, copy, f"slurm job {job_id} of stack {STACK} ended: NODE_FAIL")
 
 
 def _job_ids(cluster: SlurmCluster) -> set[str]:

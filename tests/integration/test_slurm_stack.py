@@ -32,6 +32,8 @@ from tests.integration.slurm_stacks import assert_nothing_left, slurm_cli
 pytestmark = [pytest.mark.slurm, pytest.mark.stack]
 STACK = "cpu-slurm"
 RUN = f"slurm-{int(time.time())}"
+# Observed: Prometheus a step on host-a's node, scraping both nodes, asked from the login node.
+OBSERVED = ["--set", "observe.enabled=true"]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def drilled(
 ) -> Iterator[subprocess.CompletedProcess[str]]:
     """The stack up in a job of its own (the drill brings it up first), then the decoder's
     command killed 8 s into the load."""
-    fault = ["--fault", "kill:decode-0@8", "--fault-duration-s", "25"]
+    fault = ["--fault", "kill:decode-0@8", "--fault-duration-s", "25", *OBSERVED]
     result = slurm_cli(cluster, "drill", STACK, *pythons, *fault, "--run-id", RUN, root=copy)
     yield result
     slurm_cli(cluster, "down", STACK, root=copy)
@@ -125,6 +127,21 @@ def test_status_and_logs_from_another_shell(
     assert len(logs.stdout.splitlines()) == 5
 
 
+def test_observe_asks_prometheus_on_its_node_from_the_login_node(
+    cluster: SlurmCluster, copy: Path, drilled: subprocess.CompletedProcess[str]
+) -> None:
+    """Prometheus runs as a step on host-a's node and scrapes both nodes; `observe`, on the
+    login node, finds it at the node's address from the stack's job record."""
+    result = slurm_cli(cluster, "observe", STACK, *OBSERVED, "--json", root=copy)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert set(report["targets"].values()) == {"up"}
+    assert {"vllm prefill-0", "vllm decode-0", "vllm-router router"} <= set(report["targets"])
+    assert set(report["rules"].values()) == {"ok"}
+    status = slurm_cli(cluster, "status", STACK, root=copy)
+    assert "prometheus" in status.stdout
+
+
 def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     cluster: SlurmCluster,
     copy: Path,
@@ -134,7 +151,7 @@ def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     """The P/D arm is the running stack; the colocated arm runs in its job once the P/D
     services are down; the bench then ends the job."""
     run_id = f"{RUN}-bench"
-    bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id]
+    bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id, *OBSERVED]
     result = slurm_cli(cluster, "bench", STACK, *pythons, *bench, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((copy / "runs" / run_id / "bench.json").read_text())

@@ -4,19 +4,24 @@ tests/integration/test_slurm_stack.py."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 
-from generator.errors import SpecError
+from generator.errors import SpecError, XpydError
 from generator.paths import Workspace
 from generator.planner import make_plan
+from generator.probes.prometheus import prometheus_url
 from generator.render import render_stack
+from generator.runtimes.slurm_job import BoundHost, SlurmJob, write_job
 from generator.slurm import _refusal, job_request, srun_prefix
 from generator.stack import load_spec, parse_spec
-from tests.conftest import spec_dict
+from generator.workbench import load_plan
+from generator.workflow.runtimes import running_plan
+from tests.conftest import ROOT, spec_dict
 
 
 def slurm_spec(**changes: Any) -> dict[str, Any]:
@@ -55,7 +60,11 @@ def test_a_slurm_stack_needs_no_addresses_and_plans_host_networking() -> None:
             "hosts[0].gpus",
             "list them as positions: [0, 1]",
         ),
-        ({"observe": {"enabled": True}}, "observe.enabled", "does not run Prometheus"),
+        (
+            {"observe": {"enabled": True, "grafana": True}},
+            "observe.grafana",
+            "runs Prometheus only (from PATH)",
+        ),
     ],
 )
 def test_settings_the_slurm_runtime_cannot_honour_are_refused(
@@ -165,3 +174,32 @@ def test_a_steps_gpus_are_the_plans_choice_among_the_nodes() -> None:
 
     assert _plan_gpus({"CUDA_VISIBLE_DEVICES": "1"}) == ["env", "CUDA_VISIBLE_DEVICES=1"]
     assert _plan_gpus({}) == []
+
+
+def test_a_running_stacks_plan_puts_each_host_on_its_node_from_the_job_record(
+    tmp_path: Path,
+) -> None:
+    """`observe` (or any command that reads a running stack from another shell) finds the
+    nodes in the stack's job record, Prometheus at its node's address: the login node is none
+    of the job's nodes, so never a loopback."""
+    (tmp_path / "stacks").mkdir()
+    shutil.copy(ROOT / "stacks" / "cpu-slurm.yaml", tmp_path / "stacks")
+    workspace, observed = Workspace(tmp_path), ["observe.enabled=true"]
+    plan = load_plan("cpu-slurm", observed, workspace)
+    with pytest.raises(XpydError, match="cpu-slurm has no Slurm job on record: it is not up"):
+        running_plan(plan, workspace, observed)
+    hosts = (
+        BoundHost(host="host-a", node="n1", address="10.232.0.11"),
+        BoundHost(host="host-b", node="n2", address="10.232.0.12"),
+    )
+    write_job(tmp_path, "cpu-slurm", SlurmJob(job_id=41, submitted=True, hosts=hosts))
+    bound = running_plan(plan, workspace, observed)
+    assert bound.slurm is not None
+    assert bound.slurm.job_id == 41
+    assert [host.address for host in bound.hosts] == ["10.232.0.11", "10.232.0.12"]
+    assert bound.observe is not None
+    assert prometheus_url(bound) == f"http://10.232.0.11:{bound.observe.prometheus_port}"
+    # Nothing to bind where the spec says where each host is.
+    shutil.copy(ROOT / "stacks" / "cpu-1p1d.yaml", tmp_path / "stacks")
+    process = load_plan("cpu-1p1d", [*observed, "runtime=process"], workspace)
+    assert running_plan(process, workspace, observed) is process

@@ -8,7 +8,7 @@ import pytest
 
 from generator.paths import Workspace
 from generator.planner import make_plan
-from generator.render.images import plan_images
+from generator.render.images import plan_images, pulled_images
 from generator.serializers.compose import compose_projects
 from generator.services.build import build_deployment, image_ref
 from generator.services.model import Deployment, NetworkMode
@@ -19,7 +19,7 @@ from tests.render.test_shipped_stacks import SHIPPED
 def deployment_of(workspace: Workspace, stack: str, *overrides: str) -> Deployment:
     plan = make_plan(load_spec(workspace.stack_file(stack), list(overrides)))
     images = {i.role: image_ref(i.tag, i.dockerfile) for i in plan_images(plan, workspace)}
-    return build_deployment(plan, images)
+    return build_deployment(plan, pulled_images(plan) | images)
 
 
 @pytest.mark.parametrize("stack", SHIPPED)

@@ -45,10 +45,18 @@ def test_settings_without_observe_enabled_are_refused() -> None:
     assert "observe.traces: is read only when observe.enabled is true" in text
 
 
-def test_the_process_runtime_is_refused_for_now() -> None:
-    text = refusal(spec_dict(runtime="process"), "observe.enabled=true")
-    assert "observe.enabled: the process runtime does not run Prometheus" in text
-    assert "use runtime: compose" in text
+@pytest.mark.parametrize("runtime", ["process", "slurm"])
+def test_processes_are_observed_by_prometheus_alone(runtime: str) -> None:
+    """Grafana and the collector come as images: off by default where no container runs, even
+    on GPU hosts, and refused when asked for."""
+    spec = parse_spec(spec_dict(runtime=runtime), source="t", overrides=("observe.enabled=true",))
+    observe = make_plan(spec).observe
+    assert observe is not None
+    assert observe.services == (PROMETHEUS_SERVICE,)
+    for name in ("grafana", "traces"):
+        text = refusal(spec_dict(runtime=runtime), "observe.enabled=true", f"observe.{name}=true")
+        assert f"observe.{name}: the {runtime} runtime runs Prometheus only (from PATH)" in text
+        assert f"fix: set observe.{name}: false" in text
 
 
 @pytest.mark.parametrize(

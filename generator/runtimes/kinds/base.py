@@ -11,7 +11,7 @@ from generator.errors import SpecIssue
 from generator.plan import Plan
 from generator.spec import Runtime, Spec
 
-__all__ = ["RuntimeKind"]
+__all__ = ["RuntimeKind", "observed_without_containers"]
 
 
 class RuntimeKind(Protocol):
@@ -22,6 +22,9 @@ class RuntimeKind(Protocol):
     # Every service is on its host's own network (no bridge to give them names): services
     # reach each other by host address, and the planner plans host networking.
     host_network: bool
+    # `up`, `status` and `observe` run on a machine that is none of the stack's hosts (a login
+    # node): what they ask of a host must listen on its address, not only its loopback.
+    hosts_elsewhere: bool
     # Render writes a job script for the cluster's scheduler (compose/<stack>/job.sbatch).
     job_script: bool
     # The spec's sections it reads (process, slurm); another runtime's are refused.
@@ -35,3 +38,19 @@ class RuntimeKind(Protocol):
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
         """The spec's settings this runtime cannot honour, or honours only with others."""
         ...
+
+
+def observed_without_containers(spec: Spec, runtime: str) -> Iterator[SpecIssue]:
+    """observe where services run as processes: Prometheus only, the binary on PATH (Debian's
+    package or its release's single file); Grafana and the OTLP collector come as images."""
+    if not spec.observe.enabled:
+        return
+    for name, what in (("grafana", "Grafana"), ("traces", "an OTLP collector")):
+        if getattr(spec.observe, name):
+            yield SpecIssue(
+                f"observe.{name}",
+                f"the {runtime} runtime runs Prometheus only (from PATH); {what} comes as a "
+                "container image",
+                f"set observe.{name}: false (Prometheus and its rules still run), or "
+                "runtime: compose",
+            )

@@ -16,6 +16,7 @@ class _Compose:
     kind = Runtime.COMPOSE
     containers = True
     host_network = False  # a bridge on one host; the planner chooses host networking for more
+    hosts_elsewhere = False
     job_script = False
     sections: tuple[str, ...] = ()
 

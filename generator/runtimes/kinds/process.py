@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from generator.errors import SpecIssue
 from generator.plan import Plan
+from generator.runtimes.kinds.base import observed_without_containers
 from generator.spec import Isolation, Profile, Runtime, Spec
 
 __all__ = ["UNIT"]
@@ -17,6 +18,7 @@ class _Process:
     kind = Runtime.PROCESS
     containers = False
     host_network = True  # there is no bridge between processes
+    hosts_elsewhere = False
     job_script = False
     sections: tuple[str, ...] = ("process",)
 
@@ -49,12 +51,7 @@ class _Process:
                 "cores)",
                 "remove process.isolation (plain), or set profile: gpu",
             )
-        if spec.observe.enabled:
-            yield SpecIssue(
-                "observe.enabled",
-                "the process runtime does not run Prometheus, Grafana or a collector yet",
-                "use runtime: compose, or set observe.enabled: false",
-            )
+        yield from observed_without_containers(spec, "process")
 
 
 UNIT = _Process()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from generator.errors import SpecIssue
 from generator.plan import Plan
+from generator.runtimes.kinds.base import observed_without_containers
 from generator.spec import Isolation, Runtime, Spec
 
 __all__ = ["UNIT"]
@@ -18,6 +19,7 @@ class _Slurm:
     kind = Runtime.SLURM
     containers = False
     host_network = True  # steps run in their node's network; no bridge between nodes
+    hosts_elsewhere = True  # a login node drives the job
     job_script = True  # compose/<stack>/job.sbatch: the stack as a job users submit
     sections: tuple[str, ...] = ("process", "slurm")
 
@@ -56,12 +58,7 @@ class _Slurm:
                 "Slurm confines each step itself (its cgroup's cores and devices)",
                 "remove process.isolation (plain)",
             )
-        if spec.observe.enabled:
-            yield SpecIssue(
-                "observe.enabled",
-                "the slurm runtime does not run Prometheus, Grafana or a collector yet",
-                "use runtime: compose, or set observe.enabled: false",
-            )
+        yield from observed_without_containers(spec, "slurm")
 
 
 UNIT = _Slurm()

@@ -5,7 +5,7 @@ from another shell. What the spec, planner and render need of a runtime is its k
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from generator.errors import XpydError
@@ -30,6 +30,7 @@ __all__ = [
     "remove_hosts",
     "rendered_runtime_kind",
     "rendered_stacks",
+    "running_plan",
     "runtime_driver",
 ]
 
@@ -47,6 +48,17 @@ def placed_overrides(plan: Plan, workspace: Workspace, reporter: Reporter) -> li
     asked for and waited for now); [] where the spec already says where each host is. Make
     the plan again with them before a stack starts."""
     return runtime_driver(plan.runtime).place(plan, workspace, reporter)
+
+
+def running_plan(plan: Plan, workspace: Workspace, overrides: Sequence[str]) -> Plan:
+    """``plan`` (made with ``overrides``) with each host where its runtime placed it when the
+    stack came up (a Slurm job's nodes), for commands that read a running stack."""
+    placed = runtime_driver(plan.runtime).placed(plan, workspace)
+    if not placed:
+        return plan
+    from generator.workbench import load_plan
+
+    return load_plan(plan.stack, [*overrides, *placed], workspace)
 
 
 def rendered_runtime_kind(stack: str) -> Runtime:

@@ -36,6 +36,12 @@ class RuntimeDriver(Protocol):
         again with them; [] where the spec already says it."""
         ...
 
+    def placed(self, plan: Plan, workspace: Workspace) -> list[str]:
+        """What ``place`` said of a stack that runs (a Slurm job's nodes, from the stack's
+        record of it; nothing asked of the runtime), for a command that reads the running
+        stack from another shell (observe); [] where the spec says where each host is."""
+        ...
+
     def release(self, stack: str, workspace: Workspace) -> str | None:
         """What the stack holds beyond its services, once they are down (a Slurm job): let
         go, and what was found and done, for `down` to say; None where it holds nothing."""

@@ -52,6 +52,9 @@ class _ProcessDriver:
     def place(self, plan: Plan, workspace: Workspace, reporter: Reporter) -> list[str]:
         return []  # the spec says where each host is
 
+    def placed(self, plan: Plan, workspace: Workspace) -> list[str]:
+        return []
+
     def release(self, stack: str, workspace: Workspace) -> str | None:
         return None  # nothing beyond the services
 

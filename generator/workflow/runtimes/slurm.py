@@ -100,10 +100,16 @@ class _SlurmDriver:
         write_job(workspace.root, plan.stack, job)
         where = ", ".join(f"{b.host} on {b.node} ({b.address})" for b in bound)
         reporter.event(EventLevel.INFO, f"Slurm job {job_id}: {where}")
-        index = {host.name: number for number, host in enumerate(plan.hosts)}
-        return [f"slurm.job_id={job_id}"] + [
-            f"hosts.{index[b.host]}.address={b.address}" for b in bound
-        ]
+        return _bound_overrides(plan, job)
+
+    def placed(self, plan: Plan, workspace: Workspace) -> list[str]:
+        job = read_job(workspace.root, plan.stack)
+        if job is None:
+            raise XpydError(
+                f"{plan.stack} has no Slurm job on record: it is not up",
+                hint=f"python -m generator up {plan.stack}",
+            )
+        return _bound_overrides(plan, job)
 
     def release(self, stack: str, workspace: Workspace) -> str | None:
         """Cancels the job up submitted, unless Slurm ended it already (then says how); a job
@@ -189,6 +195,13 @@ class _SlurmDriver:
         return rendered_process_stack(
             rendered.process_file, workspace.root, pythons, Isolation.PLAIN, launcher=launcher
         )
+
+
+def _bound_overrides(plan: Plan, job: SlurmJob) -> list[str]:
+    """The spec overrides that put each host on its node of ``job``."""
+    index = {host.name: number for number, host in enumerate(plan.hosts)}
+    addresses = [f"hosts.{index[b.host]}.address={b.address}" for b in job.hosts]
+    return [f"slurm.job_id={job.job_id}", *addresses]
 
 
 def _launcher(job: SlurmJob, host: str, project: str, gpus: int) -> SrunLauncher:

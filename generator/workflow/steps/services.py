@@ -11,6 +11,7 @@ from generator.docker import ServiceState
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
 from generator.probes import wait_until_ready
+from generator.probes.prometheus import unscraped_targets
 from generator.probes.readiness import engine_checks, routed_request, router_checks
 from generator.services.model import HostServices
 from generator.spec import Profile
@@ -39,6 +40,7 @@ _LOG_TAIL = 40
 _ALIVE_EVERY_S = 4.0  # how stale a "still running?" answer may be while waiting
 _ALLOCATION_EVERY_S = 5.0  # how often a wait asks whether the stack's allocation ended
 _HEALTH_POLL_S = 1.0
+_FIRST_SCRAPE_S = 30.0  # Prometheus lists its static targets seconds after it is ready
 _CLOCK_SLACK_S = 1.0  # Docker's StartedAt and this clock: one machine, rounding apart
 # Mutual KV peers restarted together start seconds apart; more than this is a restart missed.
 _MUTUAL_SLACK_S = 30.0
@@ -197,6 +199,35 @@ def wait_healthy(host: str, names: list[str]) -> Callable[[RunContext], str]:
                 )
             time.sleep(_HEALTH_POLL_S if pending else 0)
         return f"{len(names)} healthy in {time.monotonic() - started:.0f} s"
+
+    return wait
+
+
+def wait_observed(host: str, names: list[str]) -> Callable[[RunContext], str]:
+    """observe's services healthy, then every planned target scraped once by Prometheus: it
+    lists its static targets only seconds after it is ready, and an `observe` or a bench
+    right after `up` would otherwise find none."""
+    healthy = wait_healthy(host, names)
+
+    def wait(context: RunContext) -> str:
+        said = healthy(context)
+        observe = context.plan.observe
+        assert observe is not None  # the graph adds this task only with observe on
+        deadline_s = (3 * observe.scrape_interval_s + _FIRST_SCRAPE_S) * context.options.wait_scale
+        started = time.monotonic()
+        try:
+            unscraped = unscraped_targets(context.plan)
+        except StackError:  # on another host's loopback (observe.publish off): not from here
+            return f"{said}; Prometheus listens on {observe.host}'s loopback: scrapes not awaited"
+        while unscraped:
+            if time.monotonic() - started > deadline_s:
+                raise StackError(
+                    f"Prometheus has not scraped {', '.join(unscraped)} after {deadline_s:.0f} s",
+                    hint=f"python -m generator logs {context.plan.stack} prometheus",
+                )
+            time.sleep(_HEALTH_POLL_S)
+            unscraped = unscraped_targets(context.plan)
+        return f"{said}; every target scraped in {time.monotonic() - started:.0f} s"
 
     return wait
 
