@@ -58,7 +58,7 @@ def pythons(scratch_root: Path) -> list[str]:
     return ["--python", str(engine), "--set", f"process.router_python={router}"]
 
 
-def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str) -> None:
+def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str, fix: str = _FIX) -> None:
     """`status` says ``ended`` (Slurm's state, how) in one line and exits 1; `down` says the
     job had ended and leaves nothing."""
     status = slurm_cli(cluster, "status", STACK, root=copy)
@@ -66,7 +66,7 @@ def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str) -> None:
     lines = [line for line in status.stderr.splitlines() if "of stack cpu-slurm ended" in line]
     assert len(lines) == 1, status.stderr
     assert ended in lines[0]
-    assert lines[0].endswith(_FIX)
+    assert lines[0].endswith(fix)
     down = slurm_cli(cluster, "down", STACK, root=copy, timeout_s=300)
     assert down.returncode == 0, down.stderr[-3000:]
     assert "Traceback" not in down.stderr
@@ -180,7 +180,8 @@ def test_a_node_that_goes_down_fails_ups_wait_at_once_with_one_line(
     assert "`sinfo -R` says why a node is down" in stderr
     assert took_s < 60, f"up took {took_s:.0f} s to see the node go down"
     print(f"[slurm-end] up saw the node go down after {took_s:.0f} s", flush=True)
-    _status_and_down(cluster, copy, f"slurm job {job_id} of stack {STACK} ended: NODE_FAIL")
+    node_fail = f"slurm job {job_id} of stack {STACK} ended: NODE_FAIL"
+    _status_and_down(cluster, copy, node_fail, f"{_FIX} (`sinfo -R` says why a node is down)")
 
 
 def _job_ids(cluster: SlurmCluster) -> set[str]:
