@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from generator.errors import PlanError
 from generator.plan.models import EnginePlan, HostPlan, Network, Plan, Role
-from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
+from generator.plan.observe import (
+    GRAFANA_SERVICE,
+    OTEL_SERVICE,
+    PROMETHEUS_SERVICE,
+    RECEIVER_SERVICE,
+    ObservePlan,
+)
 from generator.plan.parts import RouterPlan, SidecarPlan
 from generator.plan.placement import (
     GpuView,
@@ -270,6 +276,9 @@ def _plan_observe(spec: Spec, book: PortBook) -> ObservePlan | None:
     # Grafana comes as an image: by default on GPU hosts that run containers.
     by_default = spec.profile is Profile.GPU and runtime_kind(spec.runtime).containers
     grafana = observe.grafana if observe.grafana is not None else by_default
+    # The collector comes as an image: GPU hosts under compose; elsewhere our receiver.
+    ours = not (spec.profile is Profile.GPU and runtime_kind(spec.runtime).containers)
+    traces = RECEIVER_SERVICE if ours else OTEL_SERVICE
 
     def claim(field: str, owner: str, purpose: str) -> int:
         base: int = getattr(spec.ports, field)
@@ -284,6 +293,9 @@ def _plan_observe(spec: Spec, book: PortBook) -> ObservePlan | None:
         public=observe.publish,
         prometheus_port=claim("prometheus", PROMETHEUS_SERVICE, "Prometheus"),
         grafana_port=claim("grafana", GRAFANA_SERVICE, "Grafana") if grafana else None,
-        otel_port=claim("otel_collector", OTEL_SERVICE, "OTLP (gRPC)") if observe.traces else None,
+        otel_port=claim("otel_collector", traces, "OTLP (gRPC)") if observe.traces else None,
+        receiver_http_port=claim("otlp_receiver_http", RECEIVER_SERVICE, "OTLP receiver (HTTP)")
+        if observe.traces and ours
+        else None,
         kv_floor_gib_s=observe.kv_floor_gib_s,
     )

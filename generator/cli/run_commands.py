@@ -198,8 +198,9 @@ def observe(
 ) -> None:
     """What the live Prometheus of an observed stack says: every scrape target's health,
     every rule's (and the alerts firing now), and whether each dashboard panel's query and
-    each recording rule answers with data, asked as Grafana asks them. Exit 1 when a target
-    is down, a rule failed to evaluate or a query was refused.
+    each recording rule answers with data, asked as Grafana asks them; with observe.traces
+    (our receiver), the spans each engine and LMCache server sent. Exit 1 when a target is
+    down, a rule failed to evaluate, a query was refused or a sender sent no span.
 
     Use the --set overrides the stack was brought up with, e.g.
     `observe cpu-1p1d --set observe.enabled=true`."""
@@ -222,6 +223,7 @@ def observe(
         any(health != "up" for health in report.targets.values())
         or any(health == "err" for health in report.rules.values())
         or any(q.answer is Answer.ERROR for q in report.queries)
+        or bool(report.silent)
     )
     if broken:
         raise typer.Exit(1)

@@ -205,5 +205,8 @@ def print_observe(report: ObserveReport) -> None:
         answer = f"{query.answer.value}: {query.detail}" if query.detail else query.answer.value
         queries.add_row(*_plain(query.source, answer, str(query.series)))
     console.print(queries)
+    if report.spans:
+        said = ", ".join(f"{name} {count}" for name, count in report.spans.items())
+        console.print(f"spans received (OTLP receiver): {said}")
     console.print(f"alerts firing: {', '.join(report.firing) or 'none'}")
     console.print(f"alerts pending: {', '.join(report.pending) or 'none'}")

@@ -9,7 +9,8 @@ from typing import Any, Final
 
 from generator.plan import EnginePlan, Plan
 from generator.plan.files import MetricsPage
-from generator.plan.observe import ObservePlan
+from generator.plan.observe import RECEIVER_SERVICE, ObservePlan
+from generator.plan.traces import lmcache_pushes_metrics
 from generator.routers import router_of
 from generator.topologies import topology_of
 
@@ -25,7 +26,23 @@ def scrape_targets(plan: Plan) -> tuple[MetricsPage, ...]:
         pages.append(_vllm_page(engine))
         pages.extend(topology.metrics_pages(plan, engine))
     pages.append(router_of(plan).metrics_page(plan))
+    if lmcache_pushes_metrics(plan) and any(page.part == "lmcache" for page in pages):
+        # Traced LMCache servers push their metrics to our receiver, which serves them all,
+        # each series labelled with its server's engine; their own pages keep Python's alone.
+        pages = [page for page in pages if page.part != "lmcache"] + [_receiver_page(plan)]
     return tuple(pages)
+
+
+def _receiver_page(plan: Plan) -> MetricsPage:
+    observe = plan.observe
+    assert observe is not None  # lmcache_pushes_metrics says so
+    assert observe.receiver_http_port is not None
+    # On Prometheus's own host: by name on a bridge, else at loopback (it listens there too).
+    address = RECEIVER_SERVICE if plan.network == "bridge" else "127.0.0.1"
+    return MetricsPage(
+        "lmcache", RECEIVER_SERVICE, "lmcache", observe.host, address,
+        observe.receiver_http_port, pushed=True,
+    )  # fmt: skip
 
 
 def _vllm_page(engine: EnginePlan) -> MetricsPage:
@@ -67,9 +84,12 @@ def prometheus_config(plan: Plan, observe: ObservePlan) -> dict[str, Any]:
 
 
 def _job(plan: Plan, job: str, pages: list[MetricsPage]) -> dict[str, Any]:
+    # A page of pushed series (our receiver's) carries each sender's own engine label.
+    honored = {"honor_labels": True} if any(page.pushed for page in pages) else {}
     return {
         "job_name": job,
         "metrics_path": pages[0].path,
+        **honored,
         "static_configs": [
             {"targets": [f"{page.address}:{page.port}"], "labels": target_labels(plan, page)}
             for page in pages

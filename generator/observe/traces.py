@@ -1,41 +1,25 @@
-"""OTLP traces (``observe.traces``, GPU hosts): an OpenTelemetry collector on the first host
-receives the engines' traces (vLLM's ``--otlp-traces-endpoint``) over gRPC and logs them
-(its ``debug`` exporter: no trace store is part of the stack; point it at yours by editing
-nothing but this config). LMCache servers do not send theirs: with ``--otlp-endpoint``
-LMCache pushes its metrics there too and its own /metrics, which Prometheus and the verdict
-read, goes away."""
+"""OTLP traces (``observe.traces``): a receiver on the first host takes the engines' traces
+(vLLM's ``--otlp-traces-endpoint``) over gRPC.
+
+- GPU hosts under compose: the OpenTelemetry Collector (pinned image), which logs them (its
+  ``debug`` exporter: point it at your trace store by editing nothing but its config). LMCache
+  servers send none there: with ``--otlp-endpoint`` LMCache pushes its metrics too, and the
+  Collector's config has no metrics pipeline.
+- Elsewhere (the cpu profile; the process and Slurm runtimes, where no image comes): our own
+  receiver (generator/observe/otlp_receiver.py), and the LMCache servers trace too, as
+  LMCache's MP docs show (``--enable-tracing --otlp-endpoint``). Their metrics then come from
+  the receiver's /metrics, where they push them."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
 from generator.plan import Plan
-from generator.plan.observe import OTEL_SERVICE
+from generator.plan.traces import collector_bind
 
-__all__ = ["OTEL_CONFIG_PATH", "collector_bind", "collector_config", "traces_endpoint"]
+__all__ = ["OTEL_CONFIG_PATH", "collector_config"]
 
 OTEL_CONFIG_PATH: Final = "/etc/otelcol/config.yaml"  # the upstream image's default
-
-
-def _across_hosts(plan: Plan) -> bool:
-    return plan.is_multi_host or (plan.observe is not None and plan.observe.public)
-
-
-def collector_bind(plan: Plan) -> str:
-    """Loopback unless engines on other hosts send to it (or observe.publish)."""
-    return "0.0.0.0" if plan.network == "bridge" or _across_hosts(plan) else "127.0.0.1"
-
-
-def traces_endpoint(plan: Plan) -> str | None:
-    """Where the engines send their spans (None: traces off)."""
-    observe = plan.observe
-    if observe is None or observe.otel_port is None:
-        return None
-    if plan.network == "bridge":
-        host = OTEL_SERVICE
-    else:
-        host = observe.address if plan.is_multi_host else "127.0.0.1"
-    return f"grpc://{host}:{observe.otel_port}"
 
 
 def collector_config(plan: Plan, port: int) -> dict[str, Any]:

@@ -38,3 +38,4 @@ class MetricsPage:
     port: int
     engine: str | None = None  # the engine it serves or is (None: the router)
     path: str = "/metrics"
+    pushed: bool = False  # series pushed to our OTLP receiver by their senders, served there

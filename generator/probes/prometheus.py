@@ -5,7 +5,7 @@ Grafana would ask (its variables at "All", its rate interval at a minute)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +15,7 @@ from generator.observe.panels import dashboard_rows
 from generator.observe.rules import recording_rules
 from generator.observe.targets import scrape_targets
 from generator.plan import Plan
+from generator.plan.traces import lmcache_pushes_metrics
 from generator.probes.http import ProbeClient
 from generator.runtimes.kinds import runtime_kind
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_prometheus",
     "planned_targets",
     "prometheus_url",
+    "span_senders",
     "unscraped_targets",
 ]
 
@@ -67,9 +69,18 @@ class ObserveReport:
     firing: tuple[str, ...]  # alerts firing now
     pending: tuple[str, ...]  # alerts whose condition holds, not yet for their `for:`
     queries: tuple[QueryAnswer, ...]
+    # Our OTLP receiver's spans by sender (observe.traces where it takes them; else empty):
+    # every engine, and every traced LMCache server, is expected among them.
+    spans: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def silent(self) -> list[str]:
+        """Expected senders no span came from."""
+        return sorted(name for name, count in self.spans.items() if count == 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "spans": self.spans,
             "targets": self.targets,
             "rules": self.rules,
             "rule_errors": self.rule_errors,
@@ -85,14 +96,20 @@ def prometheus_url(plan: Plan) -> str:
             f"{plan.stack} is not observed: it has no Prometheus",
             hint="bring it up with --set observe.enabled=true (or observe: {enabled: true})",
         )
+    return _observe_url(plan, plan.observe.prometheus_port)
+
+
+def _observe_url(plan: Plan, port: int) -> str:
+    """observe's services listen alike (services/observe.py): where one of them is asked."""
     observe = plan.observe
+    assert observe is not None  # the callers check
     # With host networking and observe.publish off it listens on its host's loopback only:
     # reached from that host alone (a multi-host stack's first host: run observe there); on
     # a node a login node drives (Slurm), on the node's address.
     outside = runtime_kind(plan.runtime).hosts_elsewhere
     loopback = plan.network == "host" and not observe.public and not outside
     address = "127.0.0.1" if loopback else plan.reach_address(observe.host)
-    return f"http://{address}:{observe.prometheus_port}"
+    return f"http://{address}:{port}"
 
 
 def check_prometheus(plan: Plan, *, timeout_s: float = 10.0) -> ObserveReport:
@@ -106,7 +123,42 @@ def check_prometheus(plan: Plan, *, timeout_s: float = 10.0) -> ObserveReport:
         rules, errors = _rules(prometheus)
         firing, pending = _alerts(prometheus)
         queries = tuple(_ask(prometheus, source, expr) for source, expr in asked_queries(plan))
-    return ObserveReport(targets, rules, errors, firing, pending, queries)
+        spans = _spans(plan, client)
+    return ObserveReport(targets, rules, errors, firing, pending, queries, spans)
+
+
+def span_senders(plan: Plan) -> list[str]:
+    """Who sends spans to our receiver: every engine (OTEL_SERVICE_NAME is its name) and, where
+    they trace, every LMCache server of an engine; none where the Collector takes them."""
+    if plan.observe is None or plan.observe.receiver_http_port is None:
+        return []
+    senders = [engine.name for engine in plan.engines]
+    if lmcache_pushes_metrics(plan):
+        senders += [s.service for s in plan.sidecars if s.engine is not None]
+    return senders
+
+
+def _spans(plan: Plan, client: ProbeClient) -> dict[str, int]:
+    senders = span_senders(plan)
+    if not senders:
+        return {}
+    assert plan.observe is not None  # span_senders says so
+    assert plan.observe.receiver_http_port is not None
+    url = _observe_url(plan, plan.observe.receiver_http_port) + "/spans"
+    answer = client.answer(url)
+    if answer is None:
+        raise StackError(
+            f"the OTLP receiver at {url} does not answer",
+            hint=f"python -m generator logs {plan.stack} otlp-receiver",
+        )
+    body = answer.json()
+    received = body.get("senders", {}) if isinstance(body, dict) else {}
+    counts = {
+        name: entry.get("spans", 0) if isinstance(entry, dict) else 0
+        for name, entry in received.items()
+        if isinstance(name, str)
+    }
+    return {name: int(counts.get(name, 0)) for name in senders}
 
 
 def planned_targets(plan: Plan) -> list[str]:

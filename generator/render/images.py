@@ -15,6 +15,7 @@ from generator.errors import RenderError
 from generator.paths import Workspace
 from generator.plan import Plan
 from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE
+from generator.plan.traces import RECEIVER_IN_CHECKOUT, RECEIVER_IN_IMAGE
 from generator.render.jinja import render_template
 from generator.routers import router_of
 from generator.routers.base import ROUTER_LOCK
@@ -153,12 +154,15 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
         "check_script": _CHECK_SCRIPT,
         "check_args": _check_args(pip_gaps, cpu=cpu),
         "kv_probe": KV_PROBE,
+        "otlp_receiver": RECEIVER_IN_CHECKOUT,
+        "otlp_receiver_in_image": RECEIVER_IN_IMAGE,
         "cpu_features": CPU_FEATURES,
         "fix_script": FIX_ENGINE_VENV,
         "nixl_delay_env": NIXL_PTHR_DELAY_ENV,
         "supervisor": [SUPERVISOR, SUPERVISOR_IN_IMAGE],
     }
     inputs = [lock, BUILD_TOOLS_LOCK, _CHECK_SCRIPT, KV_PROBE, SUPERVISOR, FIX_ENGINE_VENV]
+    inputs += [RECEIVER_IN_CHECKOUT]
     inputs += [CPU_FEATURES] if cpu else []
     inputs += [_TINY_MODEL_SCRIPT] if synthetic else []
     return _BaseStages(template, context, inputs, base_image)

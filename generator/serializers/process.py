@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from generator.plan.traces import RECEIVER_IN_CHECKOUT, RECEIVER_IN_IMAGE
 from generator.serializers.yaml_text import dump_yaml
 from generator.services.model import (
     BindMount,
@@ -49,8 +50,12 @@ __all__ = [
 PLAN_FILE = "processes.yaml"
 STATE_DIR = PurePosixPath(".cache/process")  # per project: pids, logs, caches (gitignored)
 # What the engine images hold besides their venv, and where a process finds it instead: the
-# synthetic models `up` makes for the process runtime (images/assets/make_tiny_model.py).
-IMAGE_PATHS: dict[str, str | None] = {"/opt/xpyd/models": ".cache/models"}
+# synthetic models `up` makes for the process runtime (images/assets/make_tiny_model.py), and
+# the scripts the images copy from the checkout.
+IMAGE_PATHS: dict[str, str | None] = {
+    "/opt/xpyd/models": ".cache/models",
+    RECEIVER_IN_IMAGE: RECEIVER_IN_CHECKOUT,  # observe.traces: our OTLP receiver
+}
 SECRETS_DIR = "/run/secrets"
 Interpreter = Literal["engine", "router"]
 

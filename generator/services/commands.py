@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from generator.observe.traces import traces_endpoint
 from generator.plan import EnginePlan, Plan
+from generator.plan.traces import traces_endpoint
 from generator.topologies import topology_of
 
 __all__ = ["engine_command"]

@@ -16,7 +16,14 @@ from generator.observe.files import PROMETHEUS_CONFIG_PATH, observe_configs
 from generator.observe.traces import OTEL_CONFIG_PATH, collector_config
 from generator.plan import Plan
 from generator.plan.files import ConfigFile
-from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE, ObservePlan
+from generator.plan.observe import (
+    GRAFANA_SERVICE,
+    OTEL_SERVICE,
+    PROMETHEUS_SERVICE,
+    RECEIVER_SERVICE,
+    ObservePlan,
+)
+from generator.plan.traces import RECEIVER_IN_IMAGE, collector_bind
 from generator.runtimes.kinds import runtime_kind
 from generator.services.model import (
     Health,
@@ -46,9 +53,12 @@ def observe_services(plan: Plan, images: Mapping[str, ImageRef]) -> tuple[Servic
     services = [_prometheus(plan, observe, images[PROMETHEUS_SERVICE])]
     if observe.grafana_port is not None:
         services.append(_grafana(plan, observe, images[GRAFANA_SERVICE]))
-    if observe.otel_port is not None:
+    if observe.otel_port is not None and observe.receiver_http_port is not None:
+        # Ours runs from the engine image (grpcio and OpenTelemetry's packages come with vLLM).
+        services.append(_receiver(plan, observe, images["prefill"]))
+    elif observe.otel_port is not None:
         services.append(_collector(plan, observe, images[OTEL_SERVICE]))
-    configs[OTEL_SERVICE] = _collector_files(plan, observe)
+        configs[OTEL_SERVICE] = _collector_files(plan, observe)
     return tuple(replace(s, configs=configs.get(s.name, ())) for s in services)
 
 
@@ -122,6 +132,23 @@ def _collector(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:
     command = (f"--config={OTEL_CONFIG_PATH}",)
     service = Service(OTEL_SERVICE, observe.host, "otel-collector", image, command)
     return _placed(plan, observe, service, port)
+
+
+def _receiver(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:
+    """Our OTLP receiver (generator/observe/otlp_receiver.py): gRPC where the engines and
+    LMCache servers send, HTTP (/spans, /metrics) where Prometheus and `observe` ask."""
+    grpc_port, http_port = observe.otel_port, observe.receiver_http_port
+    assert grpc_port is not None  # observe_services adds it only with both ports
+    assert http_port is not None
+    command = (
+        "python3", RECEIVER_IN_IMAGE,
+        "--grpc", f"{collector_bind(plan)}:{grpc_port}",
+        "--http", f"{_listen_address(plan, observe)}:{http_port}",
+    )  # fmt: skip
+    service = Service(RECEIVER_SERVICE, observe.host, "otlp-receiver", image, command)
+    # On a bridge the engines send by its name, from inside the network: only HTTP is published.
+    service = _placed(plan, observe, service, http_port)
+    return replace(service, health=python_health(http_port, "/health", _START_PERIOD_S))
 
 
 def _grafana(plan: Plan, observe: ObservePlan, image: ImageRef) -> Service:

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
-from generator.observe.traces import traces_endpoint
 from generator.plan import EnginePlan, Plan, SidecarPlan
 from generator.plan.start_order import gpus_started_alone
+from generator.plan.traces import receiver_url, traces_endpoint
 from generator.routers import router_of
 from generator.services.bench import bench_command, default_preset, preset_settings
 from generator.services.commands import engine_command
@@ -200,6 +200,8 @@ def lmcache_service(
     # A server with P2P on makes a NIXL agent (its transfer channel): the same patched
     # progress thread as the engines', which spins a core idle without a poll timeout.
     env = _LMCACHE_ENV | _nixl_idle_env(plan)
+    if receiver_url(plan) is not None:
+        env = env | {"OTEL_SERVICE_NAME": sidecar.service}  # whose spans and metrics
     return replace(
         service,
         env=env,
@@ -276,6 +278,7 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["HF_TOKEN_PATH"] = _HF_TOKEN_PATH
     if traces_endpoint(plan) is not None:
         env["OTEL_EXPORTER_OTLP_TRACES_INSECURE"] = "true"  # the collector speaks plain gRPC
+        env["OTEL_SERVICE_NAME"] = engine.name  # whose spans: OpenTelemetry's resource reads it
     if plan.ucx.tls:
         env["UCX_TLS"] = plan.ucx.tls
     if plan.ucx.net_devices:

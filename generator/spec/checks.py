@@ -276,13 +276,6 @@ def _observe(spec: Spec) -> Iterator[SpecIssue]:
             GRAFANA_ON_CPU,
             "set observe.grafana: false (Prometheus and its rules still run), or profile: gpu",
         )
-    if spec.profile is Profile.CPU and observe.traces:
-        yield SpecIssue(
-            "observe.traces",
-            "the OpenTelemetry collector comes from a container registry, and cpu stacks build "
-            "only on the local base image and Debian's packages",
-            "set observe.traces: false, or profile: gpu",
-        )
 
 
 _CHECKS: tuple[Check, ...] = (

@@ -512,6 +512,7 @@ class PortBases(StrictModel):
     prometheus: Port = 9490
     grafana: Port = 3400
     otel_collector: Port = 4417  # OTLP over gRPC
+    otlp_receiver_http: Port = 4418  # our OTLP receiver's /spans and /metrics (cpu, processes)
 
 
 class ObserveSpec(StrictModel):
@@ -537,7 +538,9 @@ class ObserveSpec(StrictModel):
         "else off",
     )
     traces: bool = Field(
-        False, description="an OTLP collector (gpu only); the engines send it their traces"
+        False,
+        description="an OTLP receiver the engines (and LMCache servers) send their traces to: "
+        "the OpenTelemetry Collector on GPU hosts under compose, else our own",
     )
     # 0.01 GiB/s is 100 Mb/s Ethernet's speed: a lower floor never fires before KV has stopped
     # (the recompute alert says that); 10,000 GiB/s is ~5x the fastest GPU link (NVLink 5):

@@ -26,6 +26,7 @@ from generator.plan.parts import (
 )
 from generator.plan.placement import Slot, place_engines
 from generator.plan.ports import PortBook
+from generator.plan.traces import receiver_url
 from generator.spec import LMCacheServerSpec, Profile, RouterKind, Spec, Topology
 from generator.topologies.base import (
     CounterRow,
@@ -455,6 +456,9 @@ def _lmcache_server_command(plan: Plan, engine: EnginePlan) -> list[str]:
         args += ["--worker-reap-timeout-seconds", str(_REAP_SILENT_ENGINE_S)]
     if p2p is not None:
         args += _p2p_args(plan, engine, p2p)
+    if (receiver := receiver_url(plan)) is not None:
+        # LMCache's MP docs' tracing: spans and, from then on, its metrics pushed there.
+        args += ["--enable-tracing", "--otlp-endpoint", receiver]
     return [*args, *settings.server_extra_args]
 
 

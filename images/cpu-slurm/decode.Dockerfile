@@ -78,6 +78,8 @@ RUN python3 /opt/xpyd/check_engine_image.py \
 # `doctor --kv-path` runs it in one-off containers of the engine services: a real NIXL transfer
 # with exactly the devices and namespaces the engines get.
 COPY generator/kvprobe/nixl_kv_probe.py /opt/xpyd/nixl_kv_probe.py
+# observe.traces where the Collector's image cannot come: our OTLP receiver, run from here.
+COPY ["generator/observe/otlp_receiver.py", "/opt/xpyd/otlp_receiver.py"]
 
 # === BEGIN synthetic model ===
 # A tiny random-weight Llama and a locally trained tokenizer: no download, deterministic.

@@ -17,8 +17,10 @@ import shutil
 import socket
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -27,8 +29,9 @@ from tests.integration.conftest import cli, interrupt_cli, workspace_copy
 
 pytestmark = pytest.mark.stack
 RUN = f"proc-{int(time.time())}"
-# cpu-1p1d runs observed: Prometheus as one more process, from PATH (Debian's package in CI).
-OBSERVED = ["--set", "observe.enabled=true"]
+# cpu-1p1d runs observed and traced: Prometheus as one more process, from PATH (Debian's
+# package in CI), and our OTLP receiver, which the engines and LMCache servers send spans to.
+OBSERVED = ["--set", "observe.enabled=true", "--set", "observe.traces=true"]
 
 
 @pytest.fixture(scope="module")
@@ -110,25 +113,48 @@ def test_status_and_logs_from_another_shell(copy: Path, nixl_mp_up: dict[str, ob
     assert len(logs.stdout.splitlines()) == 5
 
 
-def test_observe_reads_the_process_stacks_prometheus(
+def test_observe_reads_the_process_stacks_prometheus_and_spans(
     copy: Path, nixl_mp_up: dict[str, object]
 ) -> None:
     """Every part scraped, every rule loaded from the rules file beside the config (a rule
-    file Prometheus could not find would load no rule and say nothing)."""
-    observed = ["--set", "runtime=process", *OBSERVED, "--json"]
-    result = cli("observe", "cpu-1p1d", *observed, root=copy)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    report = json.loads(result.stdout)
+    file Prometheus could not find would load no rule and say nothing). Traced, the LMCache
+    servers push their metrics to the receiver, where Prometheus reads them under each
+    server's engine (the LMCache panels answer with data), and spans came from every engine
+    and LMCache server (LMCache's MP docs' --enable-tracing --otlp-endpoint)."""
+    report = _observed_once_lmcache_pushed(copy)
     assert report["targets"] == {
-        f"{part} {service}": "up"
-        for part, service in (
-            ("lmcache", "lmcache-prefill-0"), ("lmcache", "lmcache-decode-0"),
-            ("vllm", "prefill-0"), ("vllm", "decode-0"), ("vllm-router", "router"),
-        )
+        "vllm prefill-0": "up", "vllm decode-0": "up", "vllm-router router": "up",
+        "lmcache otlp-receiver": "up",
     }  # fmt: skip
     assert report["rules"]["XpydDecoderRecomputesPrompts"] == "ok"
     assert set(report["rules"].values()) == {"ok"}
+    lmcache = [q for q in report["queries"] if q["source"].startswith("panel LMCache servers")]
+    assert lmcache
+    assert {q["answer"] for q in lmcache} == {"data"}
+    # Each series keeps its server's engine label (the receiver's one target serves both).
+    query = "http://127.0.0.1:9490/api/v1/query?query=lmcache_mp_l1_memory_usage_bytes"
+    with urllib.request.urlopen(query, timeout=10) as answer:
+        series = json.load(answer)["data"]["result"]
+    assert {s["metric"]["engine"] for s in series} == {"prefill-0", "decode-0"}
+    senders = ("prefill-0", "decode-0", "lmcache-prefill-0", "lmcache-decode-0")
+    assert set(report["spans"]) == set(senders)
+    assert all(report["spans"][sender] > 0 for sender in senders), report["spans"]
     assert (copy / ".cache/process/xpyd-cpu-1p1d/prometheus-data").is_dir()
+
+
+def _observed_once_lmcache_pushed(copy: Path) -> dict[str, Any]:
+    """`observe`'s report once the LMCache servers' pushes reached Prometheus: they push every
+    10 s, and Prometheus scrapes the receiver every 5 s, so up to ~15 s after `up`."""
+    observed = ["--set", "runtime=process", *OBSERVED, "--json"]
+    deadline = time.monotonic() + 60
+    while True:
+        result = cli("observe", "cpu-1p1d", *observed, root=copy)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        report: dict[str, Any] = json.loads(result.stdout)
+        lmcache = [q for q in report["queries"] if q["source"].startswith("panel LMCache")]
+        if all(q["answer"] == "data" for q in lmcache) or time.monotonic() > deadline:
+            return report
+        time.sleep(5)
 
 
 def test_a_killed_engine_is_restarted_by_its_supervisor_and_serves_again(
@@ -158,7 +184,7 @@ def test_down_leaves_nothing_running(copy: Path, nixl_mp_up: dict[str, object]) 
     down = cli("down", "cpu-1p1d", root=copy)
     assert down.returncode == 0, down.stderr
     assert processes_of(copy, "xpyd-cpu-1p1d") == []
-    assert all(port_free(port) for port in (7100, 7200, 6555, 6556, 30000, 9490))
+    assert all(port_free(port) for port in (7100, 7200, 6555, 6556, 30000, 9490, 4417, 4418))
     # Prometheus's series end with the stack, as a container's anonymous volume does.
     assert not (copy / ".cache/process/xpyd-cpu-1p1d/prometheus-data").exists()
     status = cli("status", "cpu-1p1d", root=copy)

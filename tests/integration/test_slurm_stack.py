@@ -32,8 +32,9 @@ from tests.integration.slurm_stacks import assert_nothing_left, slurm_cli
 pytestmark = [pytest.mark.slurm, pytest.mark.stack]
 STACK = "cpu-slurm"
 RUN = f"slurm-{int(time.time())}"
-# Observed: Prometheus a step on host-a's node, scraping both nodes, asked from the login node.
-OBSERVED = ["--set", "observe.enabled=true"]
+# Observed and traced: Prometheus and our OTLP receiver steps on host-a's node, scraping and
+# receiving from both nodes, asked from the login node.
+OBSERVED = ["--set", "observe.enabled=true", "--set", "observe.traces=true"]
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +139,17 @@ def test_observe_asks_prometheus_on_its_node_from_the_login_node(
     assert set(report["targets"].values()) == {"up"}
     assert {"vllm prefill-0", "vllm decode-0", "vllm-router router"} <= set(report["targets"])
     assert set(report["rules"].values()) == {"ok"}
+    # Spans from both nodes: the prefiller's on host-a's, the decoder's on host-b's.
+    assert set(report["spans"]) == {
+        "prefill-0",
+        "decode-0",
+        "lmcache-prefill-0",
+        "lmcache-decode-0",
+    }
+    assert all(count > 0 for count in report["spans"].values()), report["spans"]
     status = slurm_cli(cluster, "status", STACK, root=copy)
     assert "prometheus" in status.stdout
+    assert "otlp-receiver" in status.stdout
 
 
 def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from generator.observe.traces import collector_config, traces_endpoint
+from generator.observe.traces import collector_config
 from generator.paths import Workspace
+from generator.plan.traces import traces_endpoint
 from generator.services.commands import engine_command
 from generator.services.model import ImageRef
 from generator.services.parts import engine_service

@@ -63,7 +63,7 @@ def test_a_slurm_stack_needs_no_addresses_and_plans_host_networking() -> None:
         (
             {"observe": {"enabled": True, "grafana": True}},
             "observe.grafana",
-            "runs Prometheus only (from PATH)",
+            "runs Prometheus (from PATH) and no Grafana",
         ),
     ],
 )

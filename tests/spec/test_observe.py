@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from generator.errors import SpecError
-from generator.plan.observe import GRAFANA_SERVICE, OTEL_SERVICE, PROMETHEUS_SERVICE
+from generator.plan.observe import (
+    GRAFANA_SERVICE,
+    OTEL_SERVICE,
+    PROMETHEUS_SERVICE,
+    RECEIVER_SERVICE,
+)
 from generator.planner import make_plan
 from generator.spec import ObserveSpec
 from generator.stack import parse_spec
@@ -46,17 +51,18 @@ def test_settings_without_observe_enabled_are_refused() -> None:
 
 
 @pytest.mark.parametrize("runtime", ["process", "slurm"])
-def test_processes_are_observed_by_prometheus_alone(runtime: str) -> None:
-    """Grafana and the collector come as images: off by default where no container runs, even
-    on GPU hosts, and refused when asked for."""
+def test_processes_are_observed_without_grafana(runtime: str) -> None:
+    """Grafana comes as an image: off by default where no container runs, even on GPU hosts,
+    and refused when asked for."""
     spec = parse_spec(spec_dict(runtime=runtime), source="t", overrides=("observe.enabled=true",))
     observe = make_plan(spec).observe
     assert observe is not None
     assert observe.services == (PROMETHEUS_SERVICE,)
-    for name in ("grafana", "traces"):
-        text = refusal(spec_dict(runtime=runtime), "observe.enabled=true", f"observe.{name}=true")
-        assert f"observe.{name}: the {runtime} runtime runs Prometheus only (from PATH)" in text
-        assert f"fix: set observe.{name}: false" in text
+    text = refusal(spec_dict(runtime=runtime), "observe.enabled=true", "observe.grafana=true")
+    assert (
+        f"observe.grafana: the {runtime} runtime runs Prometheus (from PATH) and no Grafana" in text
+    )
+    assert "fix: set observe.grafana: false" in text
 
 
 @pytest.mark.parametrize(
@@ -104,7 +110,21 @@ def test_traces_and_ports_follow_the_bases_and_skip_taken_ports() -> None:
     assert owners[plan.observe.prometheus_port] == PROMETHEUS_SERVICE
 
 
-def test_traces_are_refused_on_cpu_with_the_reason_and_the_fix() -> None:
-    text = refusal(spec_dict(**CPU), "observe.enabled=true", "observe.traces=true")
-    assert "observe.traces: the OpenTelemetry collector comes from a container registry" in text
-    assert "fix: set observe.traces: false" in text
+@pytest.mark.parametrize(
+    ("data", "receiver"),
+    [
+        (spec_dict(), OTEL_SERVICE),  # GPU hosts under compose: the Collector's image
+        (spec_dict(**CPU), RECEIVER_SERVICE),  # no registry on cpu: ours, from the engine image
+        (spec_dict(runtime="process"), RECEIVER_SERVICE),  # no image at all: ours, a process
+    ],
+)
+def test_traces_go_to_the_collector_where_its_image_comes_else_to_ours(
+    data: dict[str, Any], receiver: str
+) -> None:
+    overrides = ("observe.enabled=true", "observe.traces=true", "observe.grafana=false")
+    observe = make_plan(parse_spec(data, source="t", overrides=overrides)).observe
+    assert observe is not None
+    assert observe.services == (PROMETHEUS_SERVICE, receiver)
+    assert observe.otel_port == 4417
+    # Ours also serves /spans and the metrics traced LMCache servers push, on a port of its own.
+    assert (observe.receiver_http_port == 4418) is (receiver == RECEIVER_SERVICE)

@@ -41,16 +41,12 @@ class RuntimeKind(Protocol):
 
 
 def observed_without_containers(spec: Spec, runtime: str) -> Iterator[SpecIssue]:
-    """observe where services run as processes: Prometheus only, the binary on PATH (Debian's
-    package or its release's single file); Grafana and the OTLP collector come as images."""
-    if not spec.observe.enabled:
-        return
-    for name, what in (("grafana", "Grafana"), ("traces", "an OTLP collector")):
-        if getattr(spec.observe, name):
-            yield SpecIssue(
-                f"observe.{name}",
-                f"the {runtime} runtime runs Prometheus only (from PATH); {what} comes as a "
-                "container image",
-                f"set observe.{name}: false (Prometheus and its rules still run), or "
-                "runtime: compose",
-            )
+    """observe where services run as processes: Prometheus from PATH (Debian's package or its
+    release's single file) and our OTLP receiver; Grafana comes as an image only."""
+    if spec.observe.enabled and spec.observe.grafana:
+        yield SpecIssue(
+            "observe.grafana",
+            f"the {runtime} runtime runs Prometheus (from PATH) and no Grafana: Grafana comes as "
+            "a container image",
+            "set observe.grafana: false (Prometheus and its rules still run), or runtime: compose",
+        )
