@@ -155,11 +155,16 @@ def down(
     """Remove a stack's containers and networks on every host (volumes only with --volumes),
     or, for a stack up under the process runtime, end all its processes. Each host's engine is
     reached as the spec's hosts[].docker says."""
-    from generator.console import success
+    from generator.console import success, warn
     from generator.paths import find_workspace
     from generator.stack_lock import holding
     from generator.workbench import rendered_name
-    from generator.workflow.runtimes import release, rendered_runtime_kind, rendered_stacks
+    from generator.workflow.runtimes import (
+        release,
+        rendered_runtime_kind,
+        rendered_stacks,
+        stray_process_runs,
+    )
 
     name, workspace = rendered_name(stack), find_workspace()
     with holding(workspace.root, name, f"down {name}"):
@@ -169,6 +174,13 @@ def down(
         # The whole stack is down: what it holds beyond its services goes (a Slurm job).
         if host is None and (found := release(rendered_runtime_kind(stack), name, workspace)):
             success(found)
+        for record in stray_process_runs(stack, workspace) if host is None else []:
+            warn(
+                f"a process run of {name} is still on record ({record}), and compose/{name} "
+                f"is rendered for containers since: its processes are not ended. Render it as "
+                f"you brought it up (python -m generator render {name} --set runtime=process "
+                f"and your other --set), then python -m generator down {name}"
+            )
 
 
 def status(stack: StackArg, host: HostOpt = None) -> None:

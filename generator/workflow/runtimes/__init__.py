@@ -5,6 +5,7 @@ from another shell. What the spec, planner and render need of a runtime is its k
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
@@ -81,6 +82,23 @@ def release(plan_runtime: Runtime, stack: str, workspace: Workspace) -> str | No
     """What a stack holds beyond its services (a Slurm job), once they are down: let go, and
     what was found and done (None: it held nothing)."""
     return runtime_driver(plan_runtime).release(stack, workspace)
+
+
+def stray_process_runs(stack: str, workspace: Workspace) -> list[str]:
+    """The process runs on record (a state file under .cache/process/) of a stack now rendered
+    for containers: an `up --runtime process --set ...` whose render was put back since.
+    `down` of the render it finds does not reach them; it says so instead of leaving them
+    silently."""
+    from generator.runtimes.kinds import runtime_kind
+    from generator.runtimes.process_state import STATE_FILE
+    from generator.serializers.process import state_dir
+    from generator.workbench import rendered_projects
+
+    hosts = rendered_projects(stack, workspace)
+    if not runtime_kind(hosts[0].runtime).containers:
+        return []  # its down reads those state files itself
+    files = [state_dir(host.project) / STATE_FILE for host in hosts]
+    return [str(file) for file in files if os.path.lexists(workspace.root / file)]
 
 
 def allocation_ended(stack: str, workspace: Workspace) -> str | None:
