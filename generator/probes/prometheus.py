@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 MISSING = "missing"  # a planned target Prometheus does not list
+_MAX_SPANS_BYTES = 1 << 20  # the receiver's /spans: at most 1000 counts, ~100 KB
 _UNSCRAPED = (MISSING, "unknown")  # "unknown": listed, its first scrape still to come
 
 # Grafana's variables at "All" (regex .*) and its rate interval (4 scrapes at 5 s, rounded up).
@@ -150,6 +151,11 @@ def _spans(plan: Plan, client: ProbeClient) -> dict[str, int]:
         raise StackError(
             f"the OTLP receiver at {url} does not answer",
             hint=f"python -m generator logs {plan.stack} otlp-receiver",
+        )
+    if len(answer.text) > _MAX_SPANS_BYTES:
+        raise StackError(
+            f"the OTLP receiver's /spans at {url} is over {_MAX_SPANS_BYTES} bytes",
+            hint="it keeps at most 1000 (sender, span name) counts: is that our receiver?",
         )
     body = answer.json()
     received = body.get("senders", {}) if isinstance(body, dict) else {}

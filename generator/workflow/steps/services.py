@@ -11,7 +11,7 @@ from generator.docker import ServiceState
 from generator.errors import StackError
 from generator.plan import EnginePlan, Plan
 from generator.probes import wait_until_ready
-from generator.probes.prometheus import unscraped_targets
+from generator.probes.prometheus import prometheus_url, unscraped_targets
 from generator.probes.readiness import engine_checks, routed_request, router_checks
 from generator.services.model import HostServices
 from generator.spec import Profile
@@ -217,7 +217,12 @@ def wait_observed(host: str, names: list[str]) -> Callable[[RunContext], str]:
         started = time.monotonic()
         try:
             unscraped = unscraped_targets(context.plan)
-        except StackError:  # on another host's loopback (observe.publish off): not from here
+        except StackError:
+            # Healthy by its own check, yet silent here: on another host's loopback
+            # (observe.publish off) it is not reachable from this machine. Anywhere else
+            # that silence is a fault.
+            if "//127.0.0.1:" not in prometheus_url(context.plan):
+                raise
             return f"{said}; Prometheus listens on {observe.host}'s loopback: scrapes not awaited"
         while unscraped:
             if time.monotonic() - started > deadline_s:
