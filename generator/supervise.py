@@ -58,8 +58,13 @@ from the GPU memory it sees used while it profiles, so a neighbour loading meanw
 as its own (measured on an H100: a prefiller restarted while the decoder it had followed was
 profiling found "No available memory for the cache blocks"). `up` starts such engines one after
 another; this is the same order for the restarts that no workflow sees. Several names are taken
-in sorted order, so two engines never wait on each other. Such a run watches its peers
-(``--restarts-with``, ``--ends-with``) only once it serves.
+in sorted order, so two engines never wait on each other.
+
+With ``--started-when URL`` (its own /health; alone or with ``--starts-alone-on``) each run
+watches its peers (``--restarts-with``, ``--ends-with``) only once it serves: before, it has
+met no peer, so a peer that ends or starts anew meanwhile leaves nothing stale. Measured on an
+H100: a prefiller restarted at once after a kill saw its decoder, which ended with the killed
+prefiller a second later, go, and ended itself; the pair started once more, 45 s later.
 
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
@@ -421,7 +426,7 @@ def send(signame: str, service: str, reach: Reach = "command") -> int:
 
 _USAGE = """\
 supervise.py [--restarts N] [--needs-registered URL] [--restarts-with URL]... [--ends-with URL]...
-                    [--starts-alone-on NAME... --started-when URL] SERVICE -- COMMAND...
+                    [--starts-alone-on NAME...] [--started-when URL] SERVICE -- COMMAND...
        supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]"""
 
 
@@ -488,8 +493,9 @@ def watch_options(
 
 def alone_options(gpus: Sequence[int], started_when: str | None) -> list[str]:
     """Starting only while no other engine starts on ``gpus`` (until ``started_when``
-    answers), as this supervisor's options (both runtimes pass them)."""
-    if not gpus or started_when is None:
+    answers), and watching peers only once ``started_when`` answers, as this supervisor's
+    options (both runtimes pass them)."""
+    if started_when is None:
         return []
     names = [part for gpu in gpus for part in ("--starts-alone-on", f"gpu-{gpu}")]
     return [*names, "--started-when", started_when]
@@ -517,9 +523,10 @@ def main(argv: list[str]) -> int:
         watches.append(functools.partial(_Registration, options.needs_registered))
     watches += [functools.partial(_PeerStart, url) for url in options.restarts_with]
     watches += [functools.partial(_PeerGone, url) for url in options.ends_with]
-    if bool(options.starts_alone_on) != bool(options.started_when):
-        parser.error("--starts-alone-on and --started-when go together")
+    if options.starts_alone_on and not options.started_when:
+        parser.error("--starts-alone-on needs --started-when (the page that says it serves)")
     supervisor = _Supervisor(options.service, command, options.restarts, watches)
+    supervisor.started_when = options.started_when
     if options.starts_alone_on:
         supervisor.alone = _StartAlone(
             options.service, options.starts_alone_on, options.started_when
@@ -550,6 +557,7 @@ class _Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.record_path = pid_file(service)
         self.alone: _StartAlone | None = None  # the GPUs it starts on while no other engine does
+        self.started_when: str | None = None  # its own page: 200 once a run serves
         self.held: _Held | None = None  # what this run holds of them
 
     def forward(self, signum: int, _: FrameType | None) -> None:
@@ -665,12 +673,13 @@ class _Supervisor:
     ) -> None:
         """Ends ``child`` as a crash once a watch says why it must start again. Where the run's
         own page is known (``--started-when``), its peers count only once it serves: before, it
-        has met no peer, so a peer that ends or starts anew meanwhile leaves nothing stale (two
-        engines restarting one after another on one GPU would otherwise end each other)."""
-        later: list[_Watch] = [w for w in watches if isinstance(w, _PeerStart) and self.alone]
+        has met no peer, so a peer that ends or starts anew meanwhile leaves nothing stale (a
+        pair restarting on one GPU would otherwise end each other)."""
+        serves = self.started_when
+        later: list[_Watch] = [w for w in watches if isinstance(w, _PeerStart) and serves]
         active = [w for w in watches if w not in later]
         while not done.wait(self.watch_every_s):
-            if later and self.alone is not None and _serves(self.alone.started_when):
+            if later and serves is not None and _serves(serves):
                 active, later = active + later, []
             if (reason := next(filter(None, (watch.look() for watch in active)), None)) is None:
                 continue

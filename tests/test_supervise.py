@@ -652,7 +652,7 @@ def test_starting_alone_needs_its_page(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False, timeout=30,
     )  # fmt: skip
     assert run.returncode == 2
-    assert "--starts-alone-on and --started-when go together" in run.stderr
+    assert "--starts-alone-on needs --started-when" in run.stderr
 
 
 def test_a_lock_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
@@ -671,13 +671,15 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def test_a_start_on_a_shared_gpu_watches_its_peer_only_once_it_serves(tmp_path: Path) -> None:
+@pytest.mark.parametrize("alone", [["--starts-alone-on", "gpu-0"], []], ids=["alone", "together"])
+def test_a_start_watches_its_peer_only_once_it_serves(tmp_path: Path, alone: list[str]) -> None:
     """While it starts it has met no peer: the peer seen, then gone, ends nothing (a pair
-    restarting one after another on one GPU would end each other). Once it serves, the peer
-    seen and then gone ends it."""
+    restarting on one GPU would end each other: on an H100 a prefiller restarted at once saw its
+    decoder end with the killed prefiller, and ended too). Once it serves, the peer seen and
+    then gone ends it. The same whether it takes a start lock or not."""
     health, peer = _Health(), _Peer()
     port = peer.server.server_address[1]
-    options = ["--starts-alone-on", "gpu-0", "--started-when", health.url, "--ends-with"]
+    options = [*alone, "--started-when", health.url, "--ends-with"]
     process = subprocess.Popen(
         [sys.executable, str(ROOT / SOURCE), *options, peer.url, "decode-0", "--", "sleep",
          "600"],

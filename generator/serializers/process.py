@@ -263,5 +263,6 @@ def _supervision(service: ProcessService) -> dict[str, Any]:
         fields["ends_with"] = list(service.ends_with)
     if service.starts_alone_on:
         fields["starts_alone_on"] = list(service.starts_alone_on)
+    if service.started_when is not None:
         fields["started_when"] = service.started_when
     return fields

@@ -226,7 +226,9 @@ class Service:
     # while another engine starts on one of them, until ``started_when`` answers (vLLM sizes
     # its KV cache from the memory it sees used). Supervised services only (compose, processes).
     starts_alone_on: tuple[int, ...] = ()
-    started_when: str | None = None  # its own readiness page, from its own network
+    # Its own readiness page, from its own network: where set, its peers (``restarts_with``)
+    # are watched only once a run serves it, and its turn on ``starts_alone_on`` ends there.
+    started_when: str | None = None
     stop_grace_s: int = 30
     logging: LogPolicy = LogPolicy()
 

@@ -115,16 +115,19 @@ def engine_service(
     health = replace(health, ready=HttpEndpoint(engine.http_port, "/v1/models"))
     if sidecars is None:
         sidecars = [s for s in plan.sidecars if s.engine == engine.name]
+    peers = _peer_watches(plan, engine.name)
     service = replace(
         service,
         health=health,
         registered_at=topology.registration_url(plan, engine),
-        restarts_with=_peer_watches(plan, engine.name),
+        restarts_with=peers,
         depends_on=_healthy([sidecar.service for sidecar in sidecars]),
         max_restarts=plan.recovery.max_restarts,
         # Only a supervisor waits its turn: a service never restarted starts once, in `up`'s order.
         starts_alone_on=(alone := _starts_alone_on(plan, engine, alone_gpus)),
-        started_when=f"{engine.url}/health" if alone else None,
+        # Its turn ends, and its peers are watched, once it serves (a run that has not served
+        # met no peer: one ending meanwhile leaves nothing stale).
+        started_when=f"{engine.url}/health" if alone or peers else None,
     )
     if not alone:
         return service

@@ -24,6 +24,8 @@ from generator.stack import load_spec
 from generator.supervise import LOCK_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
+# Two engines on GPU 0 that each measure their KV cache (xpyd-1gpu gives each its size).
+MEASURING = "xpyd-lmcache-1gpu"
 
 
 def rendered(stack: str, *overrides: str) -> tuple[Plan, RenderedStack]:
@@ -33,7 +35,7 @@ def rendered(stack: str, *overrides: str) -> tuple[Plan, RenderedStack]:
 
 
 def test_engines_on_one_gpu_start_alone_on_it(tmp_path: Path) -> None:
-    plan, files = rendered("xpyd-1gpu")  # prefill and decode share GPU 0 (gpu.share)
+    plan, files = rendered(MEASURING)  # prefill and decode share GPU 0 (gpu.share)
     (project,) = files.processes
     url = {engine.name: engine.url for engine in plan.engines}
     for name in ("prefill-0", "decode-0"):
@@ -50,7 +52,7 @@ def test_engines_on_one_gpu_start_alone_on_it(tmp_path: Path) -> None:
 
 
 def test_the_supervisor_is_told_the_gpu_and_the_page(tmp_path: Path) -> None:
-    plan, files = rendered("xpyd-1gpu")
+    plan, files = rendered(MEASURING)
     (project,) = files.processes
     python = Path(sys.executable)
     commands = ServiceCommands(
@@ -86,9 +88,14 @@ def test_engines_given_their_kv_cache_size_take_no_lock() -> None:
     plan, files = rendered("xpyd-1gpu", sized)
     assert gpus_started_alone(plan, plan.engines) == frozenset()
     (project,) = files.processes
-    assert all(s.starts_alone_on == () and s.started_when is None for s in project.services)
+    assert all(s.starts_alone_on == () for s in project.services)
+    # Each still watches its peers only once it serves: restarted side by side after a kill
+    # (an H100), the one that was not killed ended with it and took the new one with it.
+    url = {engine.name: engine.url for engine in plan.engines}
+    for name in ("prefill-0", "decode-0"):
+        assert project.service(name).started_when == f"{url[name]}/health"
     one = 'prefill.extra_args=["--kv-cache-memory-bytes", "20G"]'  # the decoder measures
-    plan, files = rendered("xpyd-1gpu", one)
+    plan, files = rendered("xpyd-1gpu", "model.extra_args=[]", one)
     assert gpus_started_alone(plan, plan.engines) == frozenset({0})
     (project,) = files.processes
     assert project.service("prefill-0").starts_alone_on == (0,)  # it waits for the decoder too
@@ -106,7 +113,7 @@ def test_a_flag_reads_as_vllm_reads_it() -> None:
 def test_compose_engines_share_one_folder_of_locks(workspace: Workspace) -> None:
     """Docker restarts each container on its own: the engines' supervisors share a volume of
     locks, named for every stack of the host (a GPU is the host's)."""
-    document = yaml.safe_load((ROOT / "compose" / "xpyd-1gpu" / "compose.yaml").read_text())
+    document = yaml.safe_load((ROOT / "compose" / MEASURING / "compose.yaml").read_text())
     assert document["volumes"][START_LOCKS] == {"name": "xpyd-start-locks"}
     for name in ("prefill-0", "decode-0"):
         service = document["services"][name]
@@ -123,7 +130,7 @@ def test_the_process_runtime_keeps_the_locks_with_every_stacks_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", "not-a-token")  # the engines' secret, read at start
-    _, files = rendered("xpyd-1gpu")
+    _, files = rendered(MEASURING)
     (project,) = files.processes
     python = Path(sys.executable)
     state = tmp_path / ".cache" / "process" / project.name
