@@ -9,7 +9,7 @@ from __future__ import annotations
 from generator.plan import EnginePlan, Plan
 from generator.plan.start_order import vllm_flag
 from generator.spec import Profile
-from generator.topologies import topology_of
+from generator.topologies import block_size_of, topology_of
 
 __all__ = ["engine_settings"]
 
@@ -31,7 +31,7 @@ def _one_engine(plan: Plan, engine: EnginePlan) -> dict[str, str]:
     compiled = "CUDA graphs" if plan.profile is Profile.GPU else "compiled (vLLM CPU's default)"
     settings = {
         "execution": "eager (--enforce-eager)" if eager else compiled,
-        "block size": vllm_flag(args, "--block-size") or _DEFAULT,
+        "block size": str(block) if (block := block_size_of(plan)) is not None else _DEFAULT,
     }
     if plan.profile is Profile.CPU:
         settings["KV cache"] = vllm_flag(args, "--kv-cache-memory-bytes") or _DEFAULT

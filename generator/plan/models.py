@@ -95,6 +95,7 @@ class ModelPlan(Frozen):
     host_path: str | None = None  # host folder mounted read-only at ``id`` (host-path)
     dtype: str
     max_model_len: int | None = None
+    block_size: int | None = None  # model.block_size (None: the topology's, else vLLM's)
     extra_args: tuple[str, ...] = ()  # vLLM arguments of every engine
 
 

@@ -18,6 +18,7 @@ def resolve_model(spec: Spec) -> ModelPlan:
         host_path=model.host_path,
         dtype=model.dtype,
         max_model_len=model.max_model_len,
+        block_size=model.block_size,
         extra_args=tuple(model.extra_args),
     )
 

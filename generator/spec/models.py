@@ -254,6 +254,13 @@ class ModelSpec(StrictModel):
     served_name: ServedName | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     max_model_len: int | None = Field(None, gt=0, le=100_000_000)
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="tokens per KV block (vLLM's --block-size); unset: the topology's choice "
+        "(nixl-mp on GPUs: 128, fewer NIXL descriptors per request), else vLLM's default",
+    )
     extra_args: Args = Field(default_factory=list)
 
 

@@ -50,6 +50,7 @@ ENGINE_FLAGS: Mapping[str, str] = {
     "--data-parallel-size": _UNSUPPORTED,
     "--dtype": "model.dtype",
     "--max-model-len": "model.max_model_len",
+    "--block-size": "model.block_size",
     "--gpu-memory-utilization": "<role>.gpu_memory_utilization",
     "--kv-transfer-config": "topology and lmcache.* / nixl.* (the tool writes the connector)",
     "--config": "write the settings as extra_args themselves (a config file can set any flag)",

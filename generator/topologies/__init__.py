@@ -26,6 +26,7 @@ __all__ = [
     "TopologyUnit",
     "VerdictSources",
     "baseline_data",
+    "block_size_of",
     "topology_issues",
     "topology_of",
     "topology_unit",
@@ -45,6 +46,11 @@ def topology_unit(kind: Topology) -> TopologyUnit:
 
 def topology_of(plan: Plan) -> TopologyUnit:
     return TOPOLOGIES[plan.topology.kind]
+
+
+def block_size_of(plan: Plan) -> int | None:
+    """The engines' ``--block-size``: the spec's, else the topology's (None: vLLM's)."""
+    return plan.model.block_size or topology_of(plan).block_size(plan)
 
 
 def topology_issues(spec: Spec) -> Iterator[SpecIssue]:

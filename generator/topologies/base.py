@@ -245,6 +245,11 @@ class TopologyUnit(Protocol):
         """The engine image carries our KV connector for vLLM's CPU build."""
         ...
 
+    def block_size(self, plan: Plan) -> int | None:
+        """vLLM's ``--block-size`` where the spec sets none (``model.block_size``); None:
+        vLLM's own default."""
+        ...
+
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         """Where the P/D verdict reads its counters (None: no KV moves, no P/D verdict)."""
         ...

@@ -92,6 +92,9 @@ class Colocated:
     def needs_cpu_connector(self, profile: Profile) -> bool:
         return False
 
+    def block_size(self, plan: Plan) -> int | None:
+        return None  # no KV moves
+
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         return None  # nothing moves: the colocated verdict (probes/colocated.py) applies
 

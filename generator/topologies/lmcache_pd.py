@@ -176,6 +176,9 @@ class LMCachePD:
         # vLLM's CPU build needs our KV connector for LMCache's in-process P/D.
         return profile is Profile.CPU
 
+    def block_size(self, plan: Plan) -> int | None:
+        return None  # LMCache moves its own chunks (lmcache.chunk_size), not vLLM's blocks
+
     def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
         return None
 

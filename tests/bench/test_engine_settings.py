@@ -6,10 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from generator.bench.engine_settings import engine_settings
 from generator.bench.report import markdown
+from generator.errors import SpecError
 from generator.paths import Workspace
 from generator.planner import make_plan
+from generator.services.commands import engine_command
 from generator.spec import Spec
 from generator.stack import baseline_spec, load_spec
 from tests.bench.test_report import report
@@ -30,15 +34,38 @@ def test_a_gpu_stack_runs_cuda_graphs_unless_asked_for_eager() -> None:
     settings = engine_settings(make_plan(spec))
     assert settings["execution"] == "CUDA graphs"
     assert settings["GPU memory share"] == "0.4"
-    assert settings["block size"] == "vLLM's default"
+    assert settings["block size"] == "128"  # nixl-mp's choice on GPUs
     assert settings["KV transfer"] == "push (the prefiller writes), KV in cuda memory"
     eager = engine_settings(make_plan(_with_model_args(spec, "--enforce-eager")))
     assert eager["execution"] == "eager (--enforce-eager)"
 
 
-def test_the_last_block_size_flag_wins_in_either_spelling() -> None:
-    spec = _with_model_args(_spec("xpyd-1gpu"), "--block-size", "32", "--block-size=64")
-    assert engine_settings(make_plan(spec))["block size"] == "64"
+def _engine_args(spec: Spec) -> list[str]:
+    plan = make_plan(spec)
+    return engine_command(plan, plan.engines[0])
+
+
+def test_the_block_size_is_the_specs_else_the_topologys_else_vllms() -> None:
+    """nixl-mp on GPUs moves KV in 128-token blocks (fewer NIXL descriptors: 4x the KV rate on
+    an H100); lmcache-pd moves LMCache's chunks, the cpu profile keeps vLLM's."""
+    gpu = _spec("xpyd-1gpu")
+    args = _engine_args(gpu)
+    assert args[args.index("--block-size") + 1] == "128"
+    model = gpu.model.model_copy(update={"block_size": 64})
+    chosen = gpu.model_copy(update={"model": model})
+    assert engine_settings(make_plan(chosen))["block size"] == "64"
+    args = _engine_args(chosen)
+    assert args[args.index("--block-size") + 1] == "64"
+    for stack in ("xpyd-lmcache-1gpu", "cpu-1p1d", "cpu-lmcache-pd"):
+        assert "--block-size" not in _engine_args(_spec(stack)), stack
+        assert engine_settings(make_plan(_spec(stack)))["block size"] == "vLLM's default"
+
+
+def test_a_block_size_in_extra_args_names_the_setting() -> None:
+    with pytest.raises(SpecError, match=r"model\.block_size"):
+        load_spec(
+            Workspace(ROOT).stack_file("xpyd-1gpu"), ['model.extra_args=["--block-size", "32"]']
+        )
 
 
 def test_cpu_stacks_name_their_kv_cache_and_transfer_and_the_baseline_moves_none() -> None:
