@@ -7,6 +7,7 @@
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR fault [FAULT]
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR probe
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR idle
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR blocks
 #
 # STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
 # (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
@@ -16,6 +17,10 @@
 # Run from the checkout, with the Python that runs `python -m generator` as $PYTHON (default
 # python3). As root the engines run in their containers' view (process.isolation: container).
 # EAGER=1: engines in eager mode (--enforce-eager) instead of CUDA graphs.
+# KV_BYTES: each engine's KV cache size (--kv-cache-memory-bytes, e.g. 12G; xpyd-1gpu gives 12G in
+# its spec, KV_BYTES then overrides it): vLLM then measures
+# no memory at start, so the engines sharing the GPU start, and restart, together
+# (generator/plan/start_order.py) instead of one after another.
 # ROUTER_ARGS: more router arguments, a JSON list (router.extra_args), e.g. '["--log-level",
 # "debug"]': vllm-router then logs each prefill answer and decode request it passes on.
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
@@ -29,6 +34,10 @@
 # `idle`: NIXL's progress-thread delay (networking.nixl_idle_delay_us), for each of DELAYS
 # (default "0 10000"): `up` (the smoke verdict's KV rate), the idle CPU of each service
 # (tests/benchmarks/bench_idle.py --project), seed A's benchmark on the stack (P/D only), down.
+# `blocks`: the KV block size (vLLM's --block-size), for each of BLOCKS (default "16 64 128"):
+# `up` (the smoke verdict's KV rate), seed A's benchmark on the stack (P/D only), down. NIXL
+# moves one descriptor per block, layer and K or V, each costing about the same time whatever
+# its size (docs/facts.md), so larger blocks should move the same KV faster.
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 # The spec takes absolute paths; -s keeps a venv's python link (resolved, it leaves the venv).
@@ -36,17 +45,19 @@ engine_python=$(realpath -s "$engine_python") router_python=$(realpath -s "$rout
 model=$(realpath -s "$model")
 python=${PYTHON:-python3}
 # CUDA graphs, as vLLM runs by default and users run it; EAGER=1 measures --enforce-eager.
-eager=''
-[ "${EAGER:-0}" = 1 ] && eager='"--enforce-eager", '
-extra="[$eager\"--load-format\", \"dummy\"]"
-[ "$stack" = xpyd-lmcache-1gpu ] && extra="[$eager\"--no-enable-prefix-caching\", \"--load-format\", \"dummy\"]"
+engine_args=''
+[ "${EAGER:-0}" = 1 ] && engine_args='"--enforce-eager", '
+[ -n "${KV_BYTES:-}" ] && engine_args="$engine_args\"--kv-cache-memory-bytes\", \"$KV_BYTES\", "
+# Each role's own arguments, after the stack's model.extra_args (vLLM: the last one wins).
+extra="[$engine_args\"--load-format\", \"dummy\"]"
 isolation=plain
 [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && isolation=container
 settings=(
     --runtime process --python "$engine_python"
     --set "process.router_python=$router_python" --set "process.isolation=$isolation"
     --set model.source=host-path --set "model.host_path=$model" --set model.id=/models/model
-    --set model.served_name=llama-3.1-8b-shape --set "model.extra_args=$extra"
+    --set model.served_name=llama-3.1-8b-shape
+    --set "prefill.extra_args=$extra" --set "decode.extra_args=$extra"
     --set 'hf={}'  # a local model: no token, no hub
 )
 [ -n "${ROUTER_ARGS:-}" ] && settings+=(--set "router.extra_args=$ROUTER_ARGS")
@@ -78,9 +89,19 @@ if [ "$what" = idle ]; then
     done
     exit "$status"
 fi
+if [ "$what" = blocks ]; then
+    for block in ${BLOCKS:-16 64 128}; do
+        with=("${settings[@]}" --set "model.block_size=$block")
+        "$python" -m generator up "$stack" "${with[@]}" --run-id "gpu-blocks-$stack-$block-up" || status=1
+        "$python" -m generator bench "$stack" "${with[@]}" --preset seed-xpyd \
+            --run-id "gpu-blocks-$stack-$block-bench" || status=1
+        "$python" -m generator down "$stack"
+    done
+    exit "$status"
+fi
 if [ "$what" = fault ]; then
     "$python" -m generator bench "$stack" "${settings[@]}" --fault "$fault" --fault-duration-s "${FAULT_S:-150}" \
-        --run-id "gpu-fault-$stack-$(printf %s "$fault" | tr ':@' '--')" || status=1
+        --run-id "gpu-fault-$stack-$(printf %s "$fault" | tr ':@' '--')${KV_BYTES:+-kv$KV_BYTES}" || status=1
     "$python" -m generator down "$stack"
     exit "$status"
 fi

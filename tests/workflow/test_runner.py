@@ -197,7 +197,8 @@ def test_stack_graph_shape(workspace: Workspace, tmp_path: Path) -> None:
 def test_engines_sharing_a_gpu_start_one_after_another(workspace: Workspace) -> None:
     """vLLM sizes its KV cache from the GPU memory used while it profiles: started together,
     the second of two engines on one GPU counts the first's memory as its own."""
-    shared = build_graph(make_plan(load_spec(workspace.stack_file("xpyd-1gpu"))))
+    measuring = workspace.stack_file("xpyd-lmcache-1gpu")  # xpyd-1gpu gives each its KV size
+    shared = build_graph(make_plan(load_spec(measuring)))
     assert [u.name for u in shared.task("start-engines-2").upstream] == ["wait-prefill-0"]
     assert [u.name for u in shared.task("wait-decode-0").upstream] == ["start-engines-2"]
     assert {"wait-prefill-0", "wait-decode-0"} <= {
@@ -213,7 +214,7 @@ def test_start_waves_follow_each_gpu(workspace: Workspace) -> None:
     def engine(name: str, *gpus: int) -> EnginePlan:
         return template.model_copy(update={"name": name, "gpus": gpus})
 
-    plan = make_plan(load_spec(workspace.stack_file("xpyd-1gpu")))
+    plan = make_plan(load_spec(workspace.stack_file("xpyd-lmcache-1gpu")))
     a, b, c, d = engine("a", 0, 1), engine("b", 1), engine("c", 2), engine("d", 0)
     assert [[e.name for e in wave] for wave in start_waves(plan, [a, b, c, d])] == [
         ["a", "c"],
@@ -233,7 +234,7 @@ def test_engines_given_their_kv_cache_size_start_together_on_one_gpu(
     ]
     assert not any(name.startswith("start-engines-") for name in build_graph(plan).order)
     # One engine still measuring (its group's args only for decode): one after another again.
-    one = ['decode.extra_args=["--kv-cache-memory-bytes=20G"]']
+    one = ["model.extra_args=[]", 'decode.extra_args=["--kv-cache-memory-bytes=20G"]']
     half = make_plan(load_spec(workspace.stack_file("xpyd-1gpu"), one))
     assert len(start_waves(half, half.engines)) == 2
 
