@@ -8,6 +8,7 @@ check (``generator.doctor.kvpath``) moves real data with NIXL between each same-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from generator.docker import engine_facts
 from generator.doctor.checks import run_checks
@@ -100,7 +101,21 @@ def run_doctor(
         )
         report.add([judge(view, probe) for probe in probes])
         report.kv_paths = [probe.result | {"pair": probe.name} for probe in probes]
+        if layout is KvLayout.RENDERED:  # the stack's own layout: what its verdict compares with
+            _keep_reference(workspace, plan.stack, project.host, process, report.kv_paths)
     return report
+
+
+def _keep_reference(
+    workspace: Workspace, stack: str, host: str, process: bool, results: list[dict[str, Any]]
+) -> None:
+    """NIXL's measured rates for the smoke verdict to set its KV figure against."""
+    from generator.probes.kv_reference import reference_from, write_reference
+
+    mode: Literal["container", "process"] = "process" if process else "container"
+    reference = reference_from(stack, host, mode, results)
+    if reference is not None:
+        write_reference(workspace.root, reference)
 
 
 def _states(workspace: Workspace, project: ComposeProject) -> list[ServiceState]:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from generator.errors import XpydError
 from generator.kvprobe.nixl_kv_probe import summarize_transports
 from generator.limits import KvPath, judge_kv_speed
 from generator.plan import Plan
 from generator.probes.http import ProbeClient, metric_sum
+from generator.probes.kv_reference import KvReference
 from generator.probes.verdict import VerdictRow
 from generator.topologies import KvSpeedSource, topology_of
 
@@ -113,15 +115,34 @@ def transport_in_logs(
     return None if report.transport == "unknown" else report.transport
 
 
+def _share_of_probe(
+    per_request: list[tuple[str, KvCounters]],
+    operation: Literal["read", "write"],
+    reference: KvReference | None,
+) -> str:
+    """ "; best N % of NIXL alone's R GiB/s (...)" (empty: no reference, or no rate)."""
+    found = reference.rate(operation) if reference is not None else None
+    rates = [rate for _, counters in per_request if (rate := counters.gib_s) is not None]
+    if found is None or not rates or reference is None:
+        return ""
+    share = max(rates) / found[1]
+    return f"; best {share:.0%} of NIXL alone's {reference.describe(operation)}"
+
+
 def kv_speed_row(
-    plan: Plan, per_request: list[tuple[str, KvCounters]], transport: str | None
+    plan: Plan,
+    per_request: list[tuple[str, KvCounters]],
+    transport: str | None,
+    reference: KvReference | None = None,
 ) -> VerdictRow:
     """GiB/s per request and the transport, judged by generator/limits.py's rule: GPUs on one
     host off cuda_ipc or below its floor fail (a silent fallback); between hosts TCP or below
-    RDMA speed warns; CPU: a figure."""
+    RDMA speed warns; CPU: a figure. With ``reference`` (NIXL alone between the same devices,
+    `doctor --kv-path`) the best request's share of its rate too, a figure only."""
     operation = kv_side(plan).operation
     over = f" over {transport}" if transport else " (transport not reported)"
     observed = "; ".join(f"{name}: {c.describe()}" for name, c in per_request) + over
+    observed += _share_of_probe(per_request, operation, reference)
     check = f"KV path speed (NIXL {operation}s, per request)"
     rates = [c.gib_s for _, c in per_request]
     path = plan.kv_path()

@@ -13,6 +13,7 @@ from typing import Any
 from generator.plan import Plan
 from generator.probes.colocated import run_colocated_smoke
 from generator.probes.http import MetricSamples, Origin, ProbeClient, Reply, Transport, metric_sum
+from generator.probes.kv_reference import KvReference
 from generator.probes.kv_speed import (
     KvCounters,
     kv_speed_row,
@@ -53,12 +54,14 @@ def run_smoke(
     logs: Callable[[list[str]], str] | None = None,
     transport: Transport | None = None,
     down: Collection[str] = (),
+    reference: KvReference | None = None,
 ) -> SmokeResult:
     """``read_inside(service, url)`` is the body of a GET of ``url`` made inside that
     service's container (None: no way in, as from another pod: what only it can read is left
     unjudged); ``logs(services)`` those services' logs (where UCX names its transport);
     ``transport`` replaces the network (unit tests: recorded pages); ``down`` names services
-    that are down now: the engines they take out are left out."""
+    that are down now: the engines they take out are left out; ``reference`` NIXL's own rate
+    between the engines' devices (`doctor --kv-path`), which the KV figure is set against."""
     plan, left_out = serving_view(plan, down)
     sources = topology_of(plan).verdict_sources(plan)
     if sources is None:  # no KV moves: the colocated verdict
@@ -86,7 +89,7 @@ def run_smoke(
     rows = [
         *answer_rows(completion, chunks),
         *_kv_rows(sources, before, after),
-        kv_speed_row(plan, per_request, ucx),
+        kv_speed_row(plan, per_request, ucx, reference),
         _stamp_row(plan, completion),
         lmcache_row(objects_before, objects_after),
         stickiness,

@@ -26,6 +26,7 @@ def smoke(context: RunContext, *, again: str | None = None, down: Collection[str
     its own, so that no cache holds it from the first. ``down``: services down now (the
     engines they take out are left out of it)."""
     from generator.probes import run_smoke
+    from generator.probes.kv_reference import read_reference
 
     def logs(services: list[str]) -> str:
         return "\n".join(context.host_of(name).runtime.logs(name) for name in services)
@@ -34,7 +35,15 @@ def smoke(context: RunContext, *, again: str | None = None, down: Collection[str
         return context.host_of(service).runtime.execute(service, [*_GET, url])
 
     nonce = context.record.run_id + (f"-{again}" if again else "")
-    result = run_smoke(context.plan, nonce=nonce, read_inside=read_inside, logs=logs, down=down)
+    reference = read_reference(context.workspace.root, context.plan.stack)
+    result = run_smoke(
+        context.plan,
+        nonce=nonce,
+        read_inside=read_inside,
+        logs=logs,
+        down=down,
+        reference=reference,
+    )
     context.record.add_result(f"smoke-{again}" if again else "smoke", result.as_dict())
     context.verdict = result
     if not result.passed:
