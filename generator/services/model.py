@@ -114,6 +114,10 @@ class Health:
     # Where a prober asks whether it serves, where that differs from being up (vLLM: its
     # /v1/models, which lists the model once loaded); None: up is ready.
     ready: HttpEndpoint | None = None
+    # Sockets the check also connects to, from inside the container (an lmcache-pd decoder's
+    # KV receive ports: LMCache that cannot bind them leaves them closed while /health says
+    # 200); a prober that cannot run ``command`` runs them with its readiness check.
+    listening: tuple[tuple[str, int], ...] = ()
     interval_s: int = 5
     timeout_s: int = 5
     retries: int = 3

@@ -363,16 +363,26 @@ def _engine_mounts(plan: Plan) -> tuple[Mount, ...]:
     return tuple(mounts)
 
 
-def python_health(
-    port: int, path: str, start_period_s: int, listening: list[tuple[str, int]] | None = None
-) -> Health:
+def python_check(
+    port: int, path: str, listening: Sequence[tuple[str, int]] = ()
+) -> tuple[str, ...]:
+    """A check run inside the container: ``path`` answers on ``port`` and each of
+    ``listening`` takes a connection (exit 0: all of them)."""
     probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"
     if listening:
         targets = ", ".join(repr(target) for target in listening)
         connect = f"[socket.create_connection(t, 2).close() for t in ({targets},)]"
         probe = f"import socket; {probe}; {connect}"
-    command = ("python3", "-c", probe)
-    return Health(command, start_period_s, endpoints=(HttpEndpoint(port, path),))
+    return ("python3", "-c", probe)
+
+
+def python_health(
+    port: int, path: str, start_period_s: int, listening: list[tuple[str, int]] | None = None
+) -> Health:
+    sockets = tuple(listening or ())
+    command = python_check(port, path, sockets)
+    endpoints = (HttpEndpoint(port, path),)
+    return Health(command, start_period_s, endpoints=endpoints, listening=sockets)
 
 
 def _healthy(services: list[str]) -> tuple[Dependency, ...]:

@@ -6,8 +6,12 @@ objects must say (pod IP side channel, sidecars, GPUs, secrets only by reference
 
 from __future__ import annotations
 
+import http.server
 import itertools
 import json
+import socket
+import subprocess
+import threading
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -26,7 +30,9 @@ from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
 from generator.serializers.kubernetes.checks import check_objects
+from generator.services.parts import python_check
 from generator.stack import load_spec
+from generator.topologies import topology_of
 from tests.render.test_shipped_stacks import SHIPPED
 
 KUBERNETES_VERSION = "1.33"
@@ -230,12 +236,51 @@ def test_lmcache_pd_configs_are_config_maps_mounted_where_lmcache_reads_them() -
 
 
 def test_probes_mean_what_the_workflow_waits_for() -> None:
-    _, rendered = exported("xpyd")
+    plan, rendered = exported("xpyd")
     container = _workload(rendered, "decode-0")["spec"]["template"]["spec"]["containers"][0]
     assert container["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["startupProbe"]["failureThreshold"] * 10 >= 900  # the GPU start period
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models"
     assert container["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+    # An lmcache-pd decoder is ready once it serves and its KV receive ports take connections
+    # (LMCache that cannot bind them says nothing): compose's healthcheck, as an exec.
+    decoder = next(e for e in plan.decode if e.name == "decode-0")
+    sockets = topology_of(plan).engine_listening(decoder)
+    assert sockets
+    readiness = container["readinessProbe"]["exec"]["command"]
+    assert readiness == list(python_check(decoder.http_port, "/v1/models", sockets))
+    prefiller = _workload(rendered, "prefill-0")["spec"]["template"]["spec"]["containers"][0]
+    assert prefiller["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+
+
+def test_the_readiness_check_fails_while_one_socket_is_closed() -> None:
+    """The check itself, run for real: a serving page and a listening socket pass; the same
+    with one socket closed fails."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Models)
+    listener = socket.create_server(("127.0.0.1", 0))
+    closed = socket.create_server(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port, open_port = server.server_address[1], listener.getsockname()[1]
+        ready = python_check(port, "/v1/models", [("127.0.0.1", open_port)])
+        assert subprocess.run(ready, capture_output=True, check=False).returncode == 0
+        one_closed = [("127.0.0.1", open_port), ("127.0.0.1", closed_port)]
+        check = python_check(port, "/v1/models", one_closed)
+        assert subprocess.run(check, capture_output=True, check=False).returncode != 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        listener.close()
+
+
+class _Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
 
 
 def test_the_hf_token_is_only_ever_a_secret_reference(workspace: Workspace) -> None:

@@ -53,7 +53,7 @@ from generator.services.model import (
     Volume,
     watched_pages,
 )
-from generator.services.parts import START_LOCKS
+from generator.services.parts import START_LOCKS, python_check
 from generator.supervise import LOCK_DIR_ENV, in_image_command, watch_options
 
 __all__ = [
@@ -246,10 +246,18 @@ def _probes(health: Health, ports: Sequence[tuple[str, int]]) -> dict[str, Any]:
         return {}
     timeout = {"timeoutSeconds": health.timeout_s}
     starts = math.ceil(health.start_period_s / _PROBE_PERIOD_S)
+    ready = health.ready or up
+    # Ready means serving and every socket the compose healthcheck connects to taking
+    # connections: one probe handler only, so an exec of the same check where there are some.
+    serving = (
+        {"exec": {"command": list(python_check(ready.port, ready.path, health.listening))}}
+        if health.listening
+        else _http(ready, ports)
+    )
     return {
         "startupProbe": _http(up, ports) | timeout | _every(_PROBE_PERIOD_S, starts),
         "livenessProbe": _http(up, ports) | timeout | _every(_PROBE_PERIOD_S, health.retries),
-        "readinessProbe": _http(health.ready or up, ports) | timeout | _every(health.interval_s, 3),
+        "readinessProbe": serving | timeout | _every(health.interval_s, 3),
     }
 
 
