@@ -370,3 +370,30 @@ def test_a_peer_in_another_pod_stays_watched_for_its_new_start() -> None:
     _, cpu = exported("cpu-1p1d")  # no watch at all: the command as the image runs it
     router = _workload(cpu, "router")["spec"]["template"]["spec"]["containers"][0]
     assert _watches(router) == {}
+
+
+@pytest.mark.parametrize(
+    ("stack", "receiver"), [("cpu-1p1d", "otlp-receiver"), ("xpyd-mp", "otel-collector")]
+)  # ours where the Collector's image cannot come (cpu), the Collector on GPUs
+def test_traces_go_to_a_receiver_the_export_runs(
+    workspace: Workspace, stack: str, receiver: str
+) -> None:
+    """observe.traces: the engines send to a Service of the export, backed by a Deployment of
+    the receiver (its PodMonitor had matched no pod: the export failed its own checks)."""
+    plan = pod_plan(workspace, stack, "observe.enabled=true", "observe.traces=true")
+    rendered = render_stack(plan, workspace)
+    objects = cluster_objects(rendered)
+    assert [error for obj in objects for error in schema_errors(obj)] == []
+    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
+    assert check_objects(objects, gpus) == []
+    deployment = _workload(rendered, receiver)
+    assert deployment["kind"] == "Deployment"
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    engine = _workload(rendered, "decode-0")["spec"]["template"]["spec"]["containers"][0]
+    args = [*engine.get("command", []), *engine.get("args", [])]
+    endpoint = args[args.index("--otlp-traces-endpoint") + 1]
+    host, port = endpoint.removeprefix("grpc://").split(":")
+    assert host == receiver
+    assert int(port) in {p["port"] for p in services[host]["spec"]["ports"]}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert int(port) in {p["containerPort"] for p in container["ports"]}

@@ -6,8 +6,8 @@ coordinator). Every name a service is reached by on the compose bridge is a head
 here that publishes not-ready pods too: a peer dials an engine's sockets while it starts (its
 `lmcache server`, its KV receiver). A headless Service per role lists the role's pods; the
 router's Service is the stack's front door. Services the cluster brings itself (Prometheus,
-Grafana: see monitoring.py) and one-off runs (bench) are left out; the smoke verdict is a Job
-(verdict.py).
+Grafana: see monitoring.py) and one-off runs (bench) are left out; the trace receiver
+(observe.traces) is a Deployment; the smoke verdict is a Job (verdict.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from generator.plan import Plan
+from generator.plan.observe import OTEL_SERVICE, RECEIVER_SERVICE
 from generator.serializers.kubernetes.discovery import discovery_objects, router_identity
 from generator.serializers.kubernetes.naming import (
     INSTANCE_LABEL,
@@ -60,6 +61,9 @@ def stack_pods(plan: Plan, deployment: Deployment) -> list[Pod]:
     pods: list[Pod] = []
     mains = [e.name for e in plan.engines]
     mains += [s.service for s in plan.sidecars if s.engine is None] + [plan.router.service]
+    # Where the engines send their traces (observe.traces): the cluster has no receiver of
+    # ours, and the engines name it; Prometheus and Grafana are the cluster's own.
+    mains += [name for name in (OTEL_SERVICE, RECEIVER_SERVICE) if name in services]
     for main in mains:
         service, host = services[main]
         sidecars = [services[name][0] for name, engine in own.items() if engine == main]
