@@ -81,7 +81,7 @@ class Fault:
         return [engine.name for engine in plan.engines]
 
 
-def parse_fault(text: str, plan: Plan) -> Fault:
+def parse_fault(text: str, plan: Plan, *, addresses_known: bool = True) -> Fault:
     match = _FAULT.fullmatch(text.strip())
     if match is None:
         raise FaultError(
@@ -96,7 +96,7 @@ def parse_fault(text: str, plan: Plan) -> Fault:
         raise FaultError(f"{match['action']!r} is not an action", fix=choices) from None
     target, at_s = match["target"], float(match["at"])
     if action is FaultAction.CUT:
-        _check_cut(plan, target)
+        _check_cut(plan, target, addresses_known=addresses_known)
     else:
         _check_service(plan, action, target)
     if at_s > _MAX_AT_S:
@@ -152,7 +152,9 @@ def _lasting(action: FaultAction, written: str | None) -> float | None:
     return for_s
 
 
-def _check_cut(plan: Plan, host: str) -> None:
+def _check_cut(plan: Plan, host: str, *, addresses_known: bool) -> None:
+    """``addresses_known`` False: the hosts' addresses come later (a Slurm job's nodes), and
+    are checked again then."""
     running = [h for h in plan.hosts if h.services]
     names = [h.name for h in running]
     if len(running) < 2:
@@ -163,7 +165,7 @@ def _check_cut(plan: Plan, host: str) -> None:
     if host not in names:
         raise FaultError(f"{plan.stack} has no host {host!r}", fix=f"one of {', '.join(names)}")
     loopback = [h.name for h in running if _is_loopback(h.address)]
-    if loopback:
+    if loopback and addresses_known:
         raise FaultError(
             f"host {loopback[0]} has a loopback address: its hosts share one network stack",
             fix="a link cut needs hosts with addresses of their own",

@@ -1,16 +1,27 @@
 """`cut:HOST@T+D`: the host and every other host of the stack stop hearing each other for D s.
 Each side drops what the other sends (generator/docker/netcut.py), so neither sees an error:
 health checks and KV transfers across the cut time out, as on a pulled cable. The machine that
-drives the drill is not a host of the stack and keeps reaching both sides."""
+drives the drill is not a host of the stack and keeps reaching both sides.
+
+The rules go into each host's own network stack: under compose through its Docker engine (a
+one-off container of the stack's images, which carry nft), under Slurm as a step of the job on
+the host's node running the node's own ``nft`` (it needs root there, as any packet filter
+does; the login node and slurmctld reach the node from addresses the cut leaves alone)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from generator.docker.netcut import cut_ruleset, load_ruleset, resolved, restore_ruleset
 from generator.errors import XpydError
+from generator.runtimes.process import ProcessStack
+from generator.runtimes.slurm_launcher import SrunLauncher
 from generator.workflow.hosts import HostStack
-from generator.workflow.runtimes.docker_host import docker_host
+from generator.workflow.runtimes.docker_host import DockerHost
+
+_NFT_TIMEOUT_S = 60.0  # a step's start on a busy controller, then one nft transaction
 
 __all__ = ["cut_link", "restore_link"]
 
@@ -25,8 +36,7 @@ def cut_link(hosts: Mapping[str, HostStack], cut: str) -> str:
     lines = []
     for name, stack in hosts.items():
         sources = addresses[cut] if name != cut else [a for n in far for a in addresses[n]]
-        endpoint = docker_host(stack, "a link cut").endpoint
-        load_ruleset(endpoint, _nft_image(stack), cut_ruleset(sources))
+        _load(stack, cut_ruleset(sources))
         lines.append(f"{name} drops packets from {', '.join(sources)}")
     return "\n".join(lines)
 
@@ -36,11 +46,38 @@ def restore_link(hosts: Mapping[str, HostStack]) -> str:
     failed = []
     for name, stack in hosts.items():
         try:
-            endpoint = docker_host(stack, "a link cut").endpoint
-            load_ruleset(endpoint, _nft_image(stack), restore_ruleset())
+            _load(stack, restore_ruleset())
         except XpydError as error:
             failed.append(f"{name}: {error.message}")
     return "\n".join(failed)
+
+
+def _load(stack: HostStack, ruleset: str) -> None:
+    """``nft RULESET`` in the host's own network stack."""
+    if isinstance(stack, DockerHost):
+        load_ruleset(stack.endpoint, _nft_image(stack), ruleset)
+        return
+    node = _slurm_node(stack)
+    done = node.run(["nft", ruleset], dict(os.environ), Path.cwd(), _NFT_TIMEOUT_S)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise XpydError(
+            f"nft on Slurm node {node.node} (host {stack.name}) exited {done.returncode}: {said}",
+            hint="a link cut runs nft as a step of the job on each node of the stack: it needs "
+            "root there and nftables installed",
+        )
+
+
+def _slurm_node(stack: HostStack) -> SrunLauncher:
+    runtime = stack.runtime
+    if isinstance(runtime, ProcessStack) and isinstance(runtime.launcher, SrunLauncher):
+        return runtime.launcher
+    raise XpydError(
+        f"a link cut needs host {stack.name}'s own network stack, and this stack's runtime "
+        "reaches none (a process runtime runs every service on this machine)",
+        hint="cut hosts of a stack under compose (each host's Docker engine) or slurm (a step "
+        "on each node)",
+    )
 
 
 def _nft_image(stack: HostStack) -> str:

@@ -123,6 +123,7 @@ def run_drill_command(run: StackRun, options: DrillOptions) -> None:
     from generator.bench.drill import run_drill
     from generator.cli.run_reporter import ConsoleReporter
     from generator.paths import find_workspace
+    from generator.runtimes.kinds import runtime_kind
     from generator.workbench import load_plan
     from generator.workflow.records import claim_run_dir
     from generator.workflow.run import check_run_id
@@ -132,11 +133,13 @@ def run_drill_command(run: StackRun, options: DrillOptions) -> None:
         check_run_id(run.run_id)
     workspace = find_workspace()
     plan = load_plan(run.stack, run.overrides, workspace)
-    fault = _check_fault(plan, options)
+    later = runtime_kind(plan.runtime).addresses_at_placement
+    fault = _check_fault(plan, options, addresses_known=not later)
     runtime_driver(plan.runtime).require()
     reporter = ConsoleReporter()
     if placed := placed_overrides(plan, workspace, reporter):  # a Slurm job's nodes
         plan = load_plan(run.stack, [*run.overrides, *placed], workspace)
+        fault = _check_fault(plan, options)  # a link cut: the nodes' addresses, now known
     folder = claim_run_dir(workspace.root, f"{plan.stack}-fault", run.run_id)
     result = run_drill(
         plan,
@@ -151,12 +154,12 @@ def run_drill_command(run: StackRun, options: DrillOptions) -> None:
     _report(plan, fault, result, folder)
 
 
-def _check_fault(plan: Plan, options: DrillOptions) -> Fault:
+def _check_fault(plan: Plan, options: DrillOptions, *, addresses_known: bool = True) -> Fault:
     """The fault read against the plan, and within the load: BadParameter if not."""
     from generator.bench.faults import FaultError, parse_fault
 
     try:
-        fault = parse_fault(options.fault, plan)
+        fault = parse_fault(options.fault, plan, addresses_known=addresses_known)
     except FaultError as error:
         raise typer.BadParameter(f"{error.message} ({error.hint})", param_hint="--fault") from None
     duration_s = options.duration_s

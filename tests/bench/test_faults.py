@@ -24,6 +24,7 @@ from generator.plan import Plan
 from generator.planner import make_plan
 from generator.routers import router_of
 from generator.runtimes.base import ServiceState
+from generator.runtimes.kinds import runtime_kind
 from generator.stack import load_spec
 from tests.conftest import ROOT
 
@@ -121,6 +122,17 @@ def test_a_cut_between_hosts_of_one_network_stack_is_refused(two_hosts: Plan) ->
     with pytest.raises(FaultError) as caught:
         parse_fault("cut:host-a@1+5", rehearsal)
     assert "loopback address" in caught.value.message
+
+
+def test_a_cut_waits_for_the_nodes_addresses_under_slurm() -> None:
+    """cpu-slurm's hosts get their nodes' addresses once the job runs: the spec's loopback
+    defaults are no reason to refuse before, and the drill checks again with the nodes'."""
+    slurm = make_plan(load_spec(ROOT / "stacks" / "cpu-slurm.yaml"))
+    assert runtime_kind(slurm.runtime).addresses_at_placement
+    fault = parse_fault("cut:host-a@8+10", slurm, addresses_known=False)
+    assert (fault.action, fault.target) == (FaultAction.CUT, "host-a")
+    with pytest.raises(FaultError, match="loopback address"):
+        parse_fault("cut:host-a@8+10", slurm)
 
 
 def _result(outcomes: list[Outcome], samples: list[Sample]) -> DrillResult:

@@ -28,9 +28,10 @@ __all__ = [
     "run_checked",
 ]
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+# nftables: the nodes' own nft, which a link cut runs as a step on each node.
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "nftables")
 CONTROLLERS = ("freezer", "memory", "devices")  # proctrack, ConstrainRAMSpace, ConstrainDevices
-_SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scontrol")
+_SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scontrol", "nft")
 _SYSTEM_TOOLS = ("ip", "nsenter", "unshare", "setpriv", "mount", "umount", "hostname")
 
 # Run by nsenter in the daemon's network namespace: joins the node's cgroups (if any), then

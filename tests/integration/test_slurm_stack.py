@@ -28,6 +28,7 @@ from tests.integration.conftest import ROOT, cli, workspace_copy
 from tests.integration.slurm_cluster import SlurmCluster
 from tests.integration.slurm_files import NodeResources
 from tests.integration.slurm_stacks import assert_nothing_left, slurm_cli
+from tests.integration.slurm_teardown import NETNS_DIR
 
 pytestmark = [pytest.mark.slurm, pytest.mark.stack]
 STACK = "cpu-slurm"
@@ -113,6 +114,31 @@ def test_a_killed_decoder_step_comes_back_through_its_supervisor(
     assert "sent SIGKILL to decode-0" in fault["injected"]
     assert fault["summary"]["restarts"] == 1
     assert fault["verdict_after"] is True
+
+
+def test_a_link_cut_between_the_nodes_heals_once_the_cut_ends(
+    cluster: SlurmCluster, copy: Path, pythons: list[str], drilled: subprocess.CompletedProcess[str]
+) -> None:
+    """cut:host-a: each node drops what the other sends (nft, run as a step of the job on
+    each node), so host-b's router loses the prefiller and the KV path for 10 s; once the
+    rules are gone the stack serves again and passes its verdict, and no rule is left."""
+    assert drilled.returncode == 0, drilled.stdout[-3000:]
+    run = f"{RUN}-cut"
+    fault = ["--fault", "cut:host-a@8+10", "--fault-duration-s", "30", *OBSERVED]
+    result = slurm_cli(cluster, "drill", STACK, *pythons, *fault, "--run-id", run, root=copy)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads((copy / "runs" / run / "fault.json").read_text())
+    n1, n2 = (node.address for node in cluster.nodes)
+    assert f"host-a drops packets from {n2}" in record["injected"]
+    assert f"host-b drops packets from {n1}" in record["injected"]
+    assert record["summary"]["failed"] > 0  # the cut was felt
+    assert record["verdict_after"] is True
+    for node in cluster.nodes:  # the cut's table is gone from every node
+        tables = subprocess.run(
+            ["nsenter", f"--net={NETNS_DIR / node.netns}", "nft", "list", "tables"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert "xpyd_link_cut" not in tables.stdout
 
 
 def test_status_and_logs_from_another_shell(

@@ -25,6 +25,9 @@ class RuntimeKind(Protocol):
     # `up`, `status` and `observe` run on a machine that is none of the stack's hosts (a login
     # node): what they ask of a host must listen on its address, not only its loopback.
     hosts_elsewhere: bool
+    # The hosts' addresses are those of the nodes the stack is placed on when it comes up (a
+    # Slurm job's): what reads addresses from the spec alone waits for them.
+    addresses_at_placement: bool
     # Render writes a job script for the cluster's scheduler (compose/<stack>/job.sbatch).
     job_script: bool
     # The spec's sections it reads (process, slurm); another runtime's are refused.

@@ -17,6 +17,7 @@ class _Compose:
     containers = True
     host_network = False  # a bridge on one host; the planner chooses host networking for more
     hosts_elsewhere = False
+    addresses_at_placement = False
     job_script = False
     sections: tuple[str, ...] = ()
 

@@ -19,6 +19,7 @@ class _Process:
     containers = False
     host_network = True  # there is no bridge between processes
     hosts_elsewhere = False
+    addresses_at_placement = False
     job_script = False
     sections: tuple[str, ...] = ("process",)
 

@@ -20,6 +20,7 @@ class _Slurm:
     containers = False
     host_network = True  # steps run in their node's network; no bridge between nodes
     hosts_elsewhere = True  # a login node drives the job
+    addresses_at_placement = True  # the job's nodes
     job_script = True  # compose/<stack>/job.sbatch: the stack as a job users submit
     sections: tuple[str, ...] = ("process", "slurm")
 
