@@ -77,6 +77,7 @@ class NixlMP:
         yield from baseline_room(spec)
         yield from _p2p_issues(spec)
         yield from _shared_gpu_pull(spec)
+        yield from _chunk_of_whole_blocks(spec)
 
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:
         yield from foreign_settings(spec, self.kind, self.spec_sections, self.port_fields)
@@ -204,14 +205,7 @@ class NixlMP:
         return False
 
     def block_size(self, plan: Plan) -> int | None:
-        if plan.profile is not Profile.GPU:
-            return None
-        # vLLM's NIXL connector hands NIXL one descriptor per KV block, layer and K or V, and
-        # each costs UCX about the same time whatever its size (docs/facts.md): 128-token blocks
-        # moved 938 MiB per request at 129.5 GiB/s where vLLM's 16 moved it at 32.8 (one H100,
-        # seed A's preset; TTFT 412 vs 440 ms, ITL 8.09 vs 8.19 ms). LMCache's chunks (256
-        # tokens by default) hold whole blocks of 128.
-        return 128
+        return _GPU_BLOCK_TOKENS if plan.profile is Profile.GPU else None
 
     def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
         # The engine's LMCacheMPConnector registers its KV buffers with the server at start
@@ -335,6 +329,32 @@ def push_engine_id(plan: Plan, engine: EnginePlan) -> str:
     stays vLLM's: its pull path notices a new engine at a known address by the new id. In a
     pod, the pod's name: kept across its containers' restarts, its own for each replica."""
     return POD_NAME_REF if plan.pod_network else f"{plan.stack}-{engine.name}"
+
+
+# vLLM's NIXL connector hands NIXL one descriptor per KV block, layer and K or V, and each costs
+# UCX about the same time whatever its size (docs/facts.md): 128-token blocks moved 938 MiB per
+# request at 129.5 GiB/s where vLLM's 16 moved it at 32.8 (one H100, seed A's preset; TTFT 412
+# vs 440 ms, ITL 8.09 vs 8.19 ms).
+_GPU_BLOCK_TOKENS = 128
+
+
+def _chunk_of_whole_blocks(spec: Spec) -> Iterator[SpecIssue]:
+    """LMCache's MP connector (0.5.6) refuses at start a chunk that is not a whole number of
+    the engine's KV blocks ("LMCache chunk size ... must be a multiple of ... tokens_per_block")."""
+    gpu_default = _GPU_BLOCK_TOKENS if spec.profile is Profile.GPU else None
+    block = spec.model.block_size or gpu_default
+    chunk = spec.lmcache.chunk_size
+    if block is None or chunk % block == 0:
+        return
+    whose = "model.block_size" if spec.model.block_size else "nixl-mp's block on GPUs"
+    nearest = max(block, chunk - chunk % block)
+    yield SpecIssue(
+        "lmcache.chunk_size",
+        f"{chunk} tokens is not a whole number of KV blocks ({block} tokens, {whose}): "
+        "LMCache's MP connector refuses it at start",
+        f"set lmcache.chunk_size to a multiple of {block} (e.g. {nearest})"
+        + ("" if spec.model.block_size else ", or model.block_size to a divisor of it"),
+    )
 
 
 def _shared_gpu_pull(spec: Spec) -> Iterator[SpecIssue]:

@@ -85,3 +85,22 @@ def test_the_report_names_them_beside_each_arm(tmp_path: Path) -> None:
     arms = [replace(arm, engine_settings={"execution": "CUDA graphs"}) for arm in made.arms]
     text = markdown(replace(made, arms=arms))
     assert text.count("; engines: execution CUDA graphs") == len(arms)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (["lmcache.chunk_size=192"], True),  # 1.5 blocks of nixl-mp's 128 on GPUs
+        (["lmcache.chunk_size=192", "model.block_size=64"], False),
+        (["lmcache.chunk_size=384"], False),
+        (["lmcache.chunk_size=100", "model.block_size=16"], True),
+    ],
+)
+def test_an_lmcache_chunk_holds_whole_kv_blocks(overrides: list[str], refused: bool) -> None:
+    """LMCache's MP connector refuses at start a chunk that is not whole blocks: said first."""
+    spec_file = Workspace(ROOT).stack_file("xpyd-mp")
+    if not refused:
+        load_spec(spec_file, overrides)
+        return
+    with pytest.raises(SpecError, match=r"lmcache\.chunk_size.*not a whole number of KV"):
+        load_spec(spec_file, overrides)
