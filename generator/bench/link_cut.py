@@ -16,8 +16,8 @@ from pathlib import Path
 
 from generator.docker.netcut import cut_ruleset, load_ruleset, resolved, restore_ruleset
 from generator.errors import XpydError
+from generator.runtimes.launchers import Launcher
 from generator.runtimes.process import ProcessStack
-from generator.runtimes.slurm_launcher import SrunLauncher
 from generator.workflow.hosts import HostStack
 from generator.workflow.runtimes.docker_host import DockerHost
 
@@ -57,20 +57,22 @@ def _load(stack: HostStack, ruleset: str) -> None:
     if isinstance(stack, DockerHost):
         load_ruleset(stack.endpoint, _nft_image(stack), ruleset)
         return
-    node = _slurm_node(stack)
+    node = _remote_launcher(stack)
     done = node.run(["nft", ruleset], dict(os.environ), Path.cwd(), _NFT_TIMEOUT_S)
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise XpydError(
-            f"nft on Slurm node {node.node} (host {stack.name}) exited {done.returncode}: {said}",
+            f"nft on host {stack.name}'s node exited {done.returncode}: {said}",
             hint="a link cut runs nft as a step of the job on each node of the stack: it needs "
             "root there and nftables installed",
         )
 
 
-def _slurm_node(stack: HostStack) -> SrunLauncher:
+def _remote_launcher(stack: HostStack) -> Launcher:
+    """Where the host's commands run on a machine of its own (a Slurm node, through steps of
+    the job): its ``run`` reaches that machine's network stack, not this one's."""
     runtime = stack.runtime
-    if isinstance(runtime, ProcessStack) and isinstance(runtime.launcher, SrunLauncher):
+    if isinstance(runtime, ProcessStack) and not runtime.launcher.local:
         return runtime.launcher
     raise XpydError(
         f"a link cut needs host {stack.name}'s own network stack, and this stack's runtime "

@@ -58,12 +58,8 @@ class KvReference(_Strict):
         ]
         return max(rated, key=lambda item: item[1], default=None)
 
-    def describe(self, operation: Literal["read", "write"]) -> str | None:
-        """How the verdict names it: rate, transfer, descriptors, transport, date."""
-        found = self.rate(operation)
-        if found is None:
-            return None
-        pair, rate = found
+    def describe(self, pair: PairRate, rate: float, operation: Literal["read", "write"]) -> str:
+        """How the verdict names ``pair``'s ``rate``: transfer, descriptors, transport, date."""
         mib = pair.bytes / (1 << 20)
         shape = "one descriptor" if not pair.block_kib else f"{pair.block_kib} KiB descriptors"
         day = time.strftime("%Y-%m-%d", time.gmtime(self.measured_at))

@@ -121,12 +121,12 @@ def _share_of_probe(
     reference: KvReference | None,
 ) -> str:
     """ "; best N % of NIXL alone's R GiB/s (...)" (empty: no reference, or no rate)."""
-    found = reference.rate(operation) if reference is not None else None
     rates = [rate for _, counters in per_request if (rate := counters.gib_s) is not None]
-    if found is None or not rates or reference is None:
+    if reference is None or (found := reference.rate(operation)) is None or not rates:
         return ""
-    share = max(rates) / found[1]
-    return f"; best {share:.0%} of NIXL alone's {reference.describe(operation)}"
+    pair, rate = found
+    described = reference.describe(pair, rate, operation)
+    return f"; best {max(rates) / rate:.0%} of NIXL alone's {described}"
 
 
 def kv_speed_row(
