@@ -34,6 +34,8 @@ from generator.spec import (
 )
 
 __all__ = [
+    "ENGINE_LABEL",
+    "ENGINE_LABEL_VALUE",
     "POD_IP_ENV",
     "POD_IP_REF",
     "POD_NAMESPACE_ENV",
@@ -79,6 +81,10 @@ POD_NAMESPACE_REF = f"$({POD_NAMESPACE_ENV})"
 # router, ...). Services select pods by them, and so does vllm-router's pod discovery.
 STACK_LABEL = "xpyd.org/stack"
 ROLE_LABEL = "xpyd.org/role"
+# And every engine pod, whatever its role: a colocated stack's vllm-router finds its engines by
+# one selector whose labels must all match (0.1.17's --selector), so the roles cannot be OR-ed.
+ENGINE_LABEL = "xpyd.org/engine"
+ENGINE_LABEL_VALUE = "vllm"
 
 
 class PortUse(Frozen):

@@ -223,8 +223,8 @@ class ProxyRouterPlan(_RouterBase):
 class VllmRouterPlan(_RouterBase):
     kind: Literal[RouterKind.VLLM_ROUTER] = RouterKind.VLLM_ROUTER
     metrics_port: int  # its Prometheus listener
-    # P/D mode on a pod network, unless router.pod_discovery is false; left out of plan.json
-    # when off, so compose, process and Slurm plans read as before.
+    # On a pod network, unless router.pod_discovery is false; left out of plan.json when off,
+    # so compose, process and Slurm plans read as before.
     pod_discovery: bool = Field(False, exclude_if=lambda value: not value)
 
     def discovers_pods(self) -> bool:

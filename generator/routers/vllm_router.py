@@ -1,8 +1,9 @@
 """vllm-project/router, configured entirely by its command line: ``--vllm-pd-disaggregation``
 for NIXL's hand-off (it cannot drive LMCache's P/D protocol), or plain ``--worker-urls`` over
-every engine for the colocated topology. In P/D mode its engines are the planned URLs, or, in
-the Kubernetes export (router.pod_discovery, on by default there), the pods its own Kubernetes
-discovery finds by label, so a scaled role is routed to without a restart.
+every engine for the colocated topology. Its engines are the planned URLs, or, in the
+Kubernetes export (router.pod_discovery, on by default there), the pods its own Kubernetes
+discovery finds by label (each side's in P/D mode, every engine's otherwise), so a scaled role
+is routed to without a restart.
 
 Policies and options as vllm-router 0.1.17's ``--help`` lists them; in P/D mode each side may
 have its own policy (``--prefill-policy``/``--decode-policy``), but cache_aware's options are
@@ -18,7 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from generator.errors import SpecIssue
 from generator.plan.files import ConfigFile, MetricsPage
-from generator.plan.models import POD_NAMESPACE_REF, ROLE_LABEL, STACK_LABEL, Plan, Role
+from generator.plan.models import (
+    ENGINE_LABEL,
+    ENGINE_LABEL_VALUE,
+    POD_NAMESPACE_REF,
+    ROLE_LABEL,
+    STACK_LABEL,
+    Plan,
+    Role,
+)
 from generator.plan.parts import VllmRouterPlan, part_of
 from generator.plan.ports import PortBook
 from generator.routers.base import (
@@ -31,7 +40,14 @@ from generator.routers.base import (
 from generator.spec import RouterKind, SidedPolicy, Spec
 from generator.topologies import topology_of, topology_unit
 
-__all__ = ["UNIT", "CacheAwareOptions", "VllmRouter", "discovery_port", "role_selector"]
+__all__ = [
+    "UNIT",
+    "CacheAwareOptions",
+    "VllmRouter",
+    "discovery_port",
+    "engine_selector",
+    "role_selector",
+]
 
 
 # vllm-router 0.1.17 hands these options to its Rust core (``vllm_router_rs.Router``), whose
@@ -88,12 +104,6 @@ class VllmRouter:
                 "vllm-router cannot drive LMCache's P/D protocol (disagg_spec + ZMQ done notices)",
                 "use router.kind: proxy for lmcache-pd, or topology: nixl-mp for vllm-router",
             )
-        if protocol == "none" and spec.router.pod_discovery is not None:
-            yield SpecIssue(
-                "router.pod_discovery",
-                "pod discovery is rendered for vllm-router's P/D mode only (nixl-mp)",
-                "remove router.pod_discovery",
-            )
         yield from _policy_issues(spec)
 
     def plan_router(self, spec: Spec, book: PortBook, site: RouterSite) -> VllmRouterPlan:
@@ -110,7 +120,10 @@ class VllmRouter:
         args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(router.metrics_port)]
         if topology_of(plan).router_protocol == "none":
             args += ["--policy", router.policy.prefill.name, *_option_flags(router.policy)]
-            args += ["--worker-urls", *(engine.url for engine in plan.engines)]
+            if router.pod_discovery:
+                args += [*_watch_flags(plan), "--selector", *engine_selector(plan)]
+            else:
+                args += ["--worker-urls", *(engine.url for engine in plan.engines)]
         else:
             args += ["--vllm-pd-disaggregation", *_policy_flags(router.policy)]
             args += _discovery_flags(plan) if router.pod_discovery else _engine_flags(plan)
@@ -147,10 +160,9 @@ class VllmRouter:
 
 
 def _discovers_pods(spec: Spec, site: RouterSite) -> bool:
-    """On by default in the Kubernetes export's P/D mode: ``kubectl scale`` is then routed to
-    without a restart; router.pod_discovery: false keeps the planned URLs."""
-    p_d = topology_unit(spec.topology).router_protocol != "none"
-    return site.pod_network and p_d and spec.router.pod_discovery is not False
+    """On by default in the Kubernetes export: ``kubectl scale`` is then routed to without a
+    restart; router.pod_discovery: false keeps the planned URLs."""
+    return site.pod_network and spec.router.pod_discovery is not False
 
 
 def _engine_flags(plan: Plan) -> list[str]:
@@ -165,16 +177,9 @@ def _engine_flags(plan: Plan) -> list[str]:
 
 def _discovery_flags(plan: Plan) -> list[str]:
     """vllm-router 0.1.17's Kubernetes discovery in P/D mode (``--service-discovery`` beside
-    ``--vllm-pd-disaggregation``): it watches the pods of one namespace, adds a pod whose
-    labels match a side's selector once it is Running and Ready, at its pod IP and the one
-    ``--service-discovery-port``, and removes it once it is not. Without a namespace it would
-    watch the whole cluster, which a Role cannot grant."""
+    ``--vllm-pd-disaggregation``): each side's pods by its own selector."""
     return [
-        "--service-discovery",
-        "--service-discovery-namespace",
-        POD_NAMESPACE_REF,
-        "--service-discovery-port",
-        str(discovery_port(plan)),
+        *_watch_flags(plan),
         "--prefill-selector",
         *role_selector(plan, Role.PREFILL),
         "--decode-selector",
@@ -182,10 +187,30 @@ def _discovery_flags(plan: Plan) -> list[str]:
     ]
 
 
+def _watch_flags(plan: Plan) -> list[str]:
+    """vllm-router 0.1.17's Kubernetes discovery, in either mode: it watches the pods of one
+    namespace, adds a pod whose labels match a selector once it is Running and Ready, at its
+    pod IP and the one ``--service-discovery-port``, and removes it once it is not. Without a
+    namespace it would watch the whole cluster, which a Role cannot grant."""
+    return [
+        "--service-discovery",
+        "--service-discovery-namespace",
+        POD_NAMESPACE_REF,
+        "--service-discovery-port",
+        str(discovery_port(plan)),
+    ]
+
+
 def role_selector(plan: Plan, role: Role) -> list[str]:
     """A side's pods, as ``key=value`` labels (the export's pod labels): the stack's, of
     that role."""
     return [f"{STACK_LABEL}={plan.stack}", f"{ROLE_LABEL}={role.value}"]
+
+
+def engine_selector(plan: Plan) -> list[str]:
+    """Every engine pod of the stack, whatever its role (the colocated topology, where every
+    engine serves whole requests): 0.1.17's ``--selector`` wants all its labels to match."""
+    return [f"{STACK_LABEL}={plan.stack}", f"{ENGINE_LABEL}={ENGINE_LABEL_VALUE}"]
 
 
 def discovery_port(plan: Plan) -> int:

@@ -49,9 +49,9 @@ def pod_plan(workspace: Workspace, stack: str, *overrides: str) -> Plan:
 
 
 @cache
-def exported(stack: str) -> tuple[Plan, RenderedStack]:
+def exported(stack: str, *overrides: str) -> tuple[Plan, RenderedStack]:
     workspace = Workspace(Path(__file__).resolve().parents[2])
-    plan = pod_plan(workspace, stack)
+    plan = pod_plan(workspace, stack, *overrides)
     return plan, render_stack(plan, workspace)
 
 

@@ -28,8 +28,13 @@ Obj = dict[str, Any]
 Breakage = Callable[[list[Obj]], None]
 
 
-def _objects(stack: str) -> tuple[list[Obj], dict[str, int]]:
-    plan, rendered = exported(stack)
+# cpu-1p1d as the colocated topology: its vllm-router finds every engine pod by one selector.
+COLOCATED = ("cpu-1p1d", "topology=colocated", "lmcache={}")
+
+
+def _objects(stack: str | tuple[str, ...]) -> tuple[list[Obj], dict[str, int]]:
+    name, *overrides = (stack,) if isinstance(stack, str) else stack
+    plan, rendered = exported(name, *overrides)
     gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
     return copy.deepcopy(cluster_objects(rendered)), gpus
 
@@ -182,6 +187,20 @@ def _discovery_without_pd_mode(objects: list[Obj]) -> None:
     _without_flag(objects, "--vllm-pd-disaggregation", 0)
 
 
+def _engine_label_dropped(objects: list[Obj]) -> None:
+    labels = _one(objects, "StatefulSet", "decode-0")["spec"]["template"]["metadata"]["labels"]
+    del labels["xpyd.org/engine"]
+
+
+def _selector_by_stack_only(objects: list[Obj]) -> None:
+    args = _router_args(objects)
+    del args[args.index("xpyd.org/engine=vllm")]  # the router's own pod matches too
+
+
+def _selector_beside_pd_mode(objects: list[Obj]) -> None:
+    _router_args(objects).extend(["--selector", "xpyd.org/stack=cpu-1p1d"])
+
+
 def _router_runs_as_the_default_account(objects: list[Obj]) -> None:
     del _one(objects, "Deployment", "router")["spec"]["template"]["spec"]["serviceAccountName"]
 
@@ -203,7 +222,7 @@ def _binding_in_another_namespace(objects: list[Obj]) -> None:
     _one(objects, "RoleBinding")["subjects"][0]["namespace"] = "default"
 
 
-BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
+BROKEN: list[tuple[str, Any, str | tuple[str, ...], Breakage, str]] = [
     ("selectors_match", selectors_match, "cpu-1p1d", _service_selects_nothing, "matches no pod"),
     (
         "selectors_match",
@@ -237,6 +256,9 @@ BROKEN: list[tuple[str, Any, str, Breakage, str]] = [
     ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_port_left_to_its_default, "80"),
     ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_across_namespaces, "every names"),
     ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_without_pd_mode, "P/D selectors"),
+    ("pod_discovery", pod_discovery, "cpu-1p1d", _selector_beside_pd_mode, "--selector is unused"),
+    ("pod_discovery", pod_discovery, COLOCATED, _engine_label_dropped, "picked by 0"),
+    ("pod_discovery", pod_discovery, COLOCATED, _selector_by_stack_only, "picks router"),
     (
         "pod_discovery",
         pod_discovery,
@@ -259,7 +281,7 @@ _CASES = [
 
 @pytest.mark.parametrize(("check", "stack", "breakage", "says"), _CASES)
 def test_each_check_fails_on_an_object_broken_on_purpose(
-    check: Any, stack: str, breakage: Breakage, says: str
+    check: Any, stack: str | tuple[str, ...], breakage: Breakage, says: str
 ) -> None:
     objects, gpus = _objects(stack)
     assert list(check(objects, gpus)) == []  # whole: it passes

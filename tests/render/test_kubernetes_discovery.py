@@ -149,6 +149,39 @@ def test_pod_discovery_off_keeps_the_planned_urls_and_each_engines_port() -> Non
     assert [error for obj in objects for error in schema_errors(obj)] == []
 
 
+def test_a_colocated_stacks_router_finds_every_engine_pod_by_one_selector() -> None:
+    """vllm-router's regular mode takes one --selector whose labels must all match: the
+    stack's and the engine label every engine pod carries, whatever its role (matched here
+    against the pod templates, not by our own checks)."""
+    workspace = Workspace(ROOT)
+    plan = pod_plan(workspace, "cpu-1p1d", "topology=colocated", "lmcache={}")
+    objects = cluster_objects(render_stack(plan, workspace))
+    args = _router_pod(objects)["containers"][0]["args"]
+    assert "--vllm-pd-disaggregation" not in args
+    assert "--worker-urls" not in args  # 0.1.17 empties it under --service-discovery anyway
+    assert "--prefill-selector" not in args
+    assert "--decode-selector" not in args
+    selector = _values(args, "--selector")
+    assert selector == ["xpyd.org/stack=cpu-1p1d", "xpyd.org/engine=vllm"]
+    assert _selected(objects, selector) == {engine.name for engine in plan.engines}
+    assert _selected(objects, selector[:1]) > _selected(objects, selector)  # router, verdict
+    (port,) = _values(args, "--service-discovery-port")
+    assert {engine.http_port for engine in plan.engines} == {int(port)}
+    assert _values(args, "--service-discovery-namespace") == ["$(POD_NAMESPACE)"]
+    assert {"ServiceAccount", "Role", "RoleBinding"} <= {o["kind"] for o in objects}
+    assert check_objects(objects, {}) == []
+    assert [error for obj in objects for error in schema_errors(obj)] == []
+
+
+def test_a_colocated_stack_without_discovery_keeps_its_worker_urls() -> None:
+    workspace = Workspace(ROOT)
+    overrides = ("topology=colocated", "lmcache={}", "router.pod_discovery=false")
+    plan = pod_plan(workspace, "cpu-1p1d", *overrides)
+    args = _router_pod(cluster_objects(render_stack(plan, workspace)))["containers"][0]["args"]
+    assert "--service-discovery" not in args
+    assert _values(args, "--worker-urls") == [engine.url for engine in plan.engines]
+
+
 def test_compose_and_process_plans_never_discover_pods() -> None:
     """Only the Kubernetes export's plan (pod_network) does; plan.json elsewhere is as before."""
     workspace = Workspace(ROOT)
@@ -165,11 +198,6 @@ def test_compose_and_process_plans_never_discover_pods() -> None:
         ("cpu-1p1d", ("router.pod_discovery=maybe",), "Input should be a valid boolean"),
         ("xpyd", ("router.pod_discovery=true",), "the proxy finds scaled engines"),
         ("cpu-lmcache-pd", ("router.pod_discovery=false",), "the proxy finds scaled engines"),
-        (
-            "cpu-1p1d",
-            ("topology=colocated", "lmcache={}", "router.pod_discovery=true"),
-            "vllm-router's P/D mode only",
-        ),
     ],
 )
 def test_a_pod_discovery_setting_where_it_cannot_apply_is_one_clear_line(

@@ -277,6 +277,7 @@ def config_maps_fit(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator
 # vllm-router 0.1.17's flags (py_src/vllm_router/router_args.py) and what its watcher needs.
 _DISCOVERY = "--service-discovery"
 _SIDES: Final = {"prefill": "--prefill-selector", "decode": "--decode-selector"}
+_ANY_SIDE = "--selector"  # regular mode (colocated): every engine, whatever its role
 _WATCH_VERBS: Final = frozenset({"get", "list", "watch"})
 
 
@@ -308,7 +309,10 @@ def _flag_values(args: Sequence[str], flag: str) -> list[str] | None:
 
 
 def _discovery_mode(where: str, args: Sequence[str]) -> Iterator[str]:
-    if "--vllm-pd-disaggregation" not in args:
+    if "--vllm-pd-disaggregation" in args:
+        if _ANY_SIDE in args:
+            yield f"{where}: discovers pods in P/D mode, where its {_ANY_SIDE} is unused"
+    elif any(flag in args for flag in _SIDES.values()):
         yield f"{where}: discovers pods without --vllm-pd-disaggregation (its P/D selectors unused)"
     if not _flag_values(args, "--service-discovery-namespace"):
         yield f"{where}: discovers pods in every namespace, which its Role cannot grant"
@@ -320,7 +324,8 @@ def _discovered_pods(where: str, args: Sequence[str], pods: Sequence[PodView]) -
         yield f"{where}: --service-discovery-port is not given (vllm-router's default is 80)"
         return
     found: Counter[str] = Counter()
-    for side, flag in _SIDES.items():
+    sides = _SIDES if "--vllm-pd-disaggregation" in args else {None: _ANY_SIDE}
+    for side, flag in sides.items():
         selector = dict(v.split("=", 1) for v in _flag_values(args, flag) or [] if "=" in v)
         picked = _selected(selector, pods)
         if not picked:
@@ -333,9 +338,11 @@ def _discovered_pods(where: str, args: Sequence[str], pods: Sequence[PodView]) -
             yield f"{where}: engine {pod.workload} is picked by {found[pod.workload]} selectors"
 
 
-def _discovered_pod(where: str, pod: PodView, side: str, port: int) -> Iterator[str]:
-    if pod.labels.get(ROLE_LABEL) != side:
-        yield f"{where}: its {side} selector picks {pod.workload}, a {pod.labels.get(ROLE_LABEL)}"
+def _discovered_pod(where: str, pod: PodView, side: str | None, port: int) -> Iterator[str]:
+    """A picked pod is an engine (of that side, in P/D mode) whose vLLM listens at the port."""
+    role = pod.labels.get(ROLE_LABEL)
+    if pod.kind != "StatefulSet" or (side is not None and role != side):
+        yield f"{where}: its {side or 'engine'} selector picks {pod.workload}, a {role}"
     http = [p["containerPort"] for p in pod.ports() if p.get("name") == "http"]
     if http != [port]:
         yield f"{where}: reaches {pod.workload} at port {port}; its vLLM listens on {http}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from generator.plan.models import ROLE_LABEL, STACK_LABEL
+from generator.plan.models import ENGINE_LABEL, ENGINE_LABEL_VALUE, ROLE_LABEL, STACK_LABEL
 
 __all__ = [
     "INSTANCE_LABEL",
@@ -74,8 +74,8 @@ def namespace_of(stack: str) -> str:
     return stack if stack.startswith("xpyd") else f"xpyd-{stack}"
 
 
-def pod_labels(stack: str, role: str, instance: str) -> dict[str, str]:
-    return {
+def pod_labels(stack: str, role: str, instance: str, *, engine: bool = False) -> dict[str, str]:
+    labels = {
         "app.kubernetes.io/name": "xpyd",
         "app.kubernetes.io/instance": stack,
         "app.kubernetes.io/component": role,
@@ -83,3 +83,4 @@ def pod_labels(stack: str, role: str, instance: str) -> dict[str, str]:
         ROLE_LABEL: role,
         INSTANCE_LABEL: instance,
     }
+    return labels | ({ENGINE_LABEL: ENGINE_LABEL_VALUE} if engine else {})

@@ -130,7 +130,7 @@ def _selector(stack: str, instance: str) -> dict[str, str]:
 
 def _workload(plan: Plan, pod: Pod, options: PodOptions) -> dict[str, Any]:
     service = pod.main.service
-    labels = pod_labels(plan.stack, service.role, pod.name)
+    labels = pod_labels(plan.stack, service.role, pod.name, engine=_engine(pod))
     spec = pod_spec(pod.main, pod.sidecars, pod.volumes, options)
     if pod.name == plan.router.service:
         spec |= router_identity(plan)
