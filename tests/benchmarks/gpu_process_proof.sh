@@ -23,6 +23,8 @@
 # (generator/plan/start_order.py) instead of one after another.
 # ROUTER_ARGS: more router arguments, a JSON list (router.extra_args), e.g. '["--log-level",
 # "debug"]': vllm-router then logs each prefill answer and decode request it passes on.
+# ENGINE_ENV: more environment for both engines, a JSON object (prefill.env and decode.env), e.g.
+# '{"LMCACHE_LOG_LEVEL": "DEBUG", "UCX_LOG_LEVEL": "info"}': LMCache's and UCX's own logs.
 # Prints the verdict table and the benchmark report; exit status 1 when a verdict fails.
 # `fault`: a fault drill instead (`bench --fault FAULT`, default kill:decode-0@15, FAULT_S of
 # load, default 150: the goal is the stack whole again within 120 s; its `up` gives the verdict
@@ -61,6 +63,7 @@ settings=(
     --set 'hf={}'  # a local model: no token, no hub
 )
 [ -n "${ROUTER_ARGS:-}" ] && settings+=(--set "router.extra_args=$ROUTER_ARGS")
+[ -n "${ENGINE_ENV:-}" ] && settings+=(--set "prefill.env=$ENGINE_ENV" --set "decode.env=$ENGINE_ENV")
 status=0
 if [ "$what" = probe ]; then
     probe=generator/kvprobe/nixl_kv_probe.py port=5790
