@@ -277,7 +277,7 @@ def config_maps_fit(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator
 # vllm-router 0.1.17's flags (py_src/vllm_router/router_args.py) and what its watcher needs.
 _DISCOVERY = "--service-discovery"
 _SIDES: Final = {"prefill": "--prefill-selector", "decode": "--decode-selector"}
-_ANY_SIDE = "--selector"  # regular mode (colocated): every engine, whatever its role
+_ANY_SIDE: Final = "--selector"  # regular mode (colocated): every engine, whatever its role
 _WATCH_VERBS: Final = frozenset({"get", "list", "watch"})
 
 
