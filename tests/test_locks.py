@@ -125,7 +125,7 @@ def test_a_conflicting_input_fails_with_uvs_explanation(
 
 
 def test_the_images_build_with_the_uv_the_package_pins(workspace: Workspace) -> None:
-    """The builder stages install the wheelhouse with uv from images/locks/build-tools.txt:
+    """The images install the wheelhouse with uv from images/locks/build-tools.txt:
     the same version as the one `env` installs the process runtime's Pythons with."""
     import tomllib
 

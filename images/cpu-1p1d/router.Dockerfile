@@ -5,9 +5,9 @@ ARG BASE_IMAGE=debian:bookworm-slim
 # === BEGIN router ===
 FROM ${BASE_IMAGE}
 # === BEGIN Debian packages (one layer for every Debian-based stage) ===
-# The same packages, in the same step, first in the stage, in the cpu engine base and in both
-# router stages: BuildKit runs an identical step once, where three different ones used to run
-# at the same time on the same cores (generator/render/images.py, SYSTEM_PACKAGES says why
+# The same packages, in the same step, first in the stage, in the cpu engine base and the
+# router: BuildKit runs an identical step once, where three different ones used to run at the
+# same time on the same cores (generator/render/images.py, SYSTEM_PACKAGES says why
 # each package is here).
 # Debian's packages, unpinned on purpose: point releases carry security fixes and old pins
 # vanish from the mirror (hadolint DL3008 is disabled for this reason in .hadolint.yaml).
