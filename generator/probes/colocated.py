@@ -29,14 +29,14 @@ def run_colocated_smoke(
         before = read_engine_counters(client, plan)
         prompt = sized_prompt(client, plan, nonce, _PROMPT_TOKENS)
         completion = complete(client, router, model, prompt, {})
-        chat_text, chunks = chat_stream(client, router, model, prompt + " chat", {})
+        chat = chat_stream(client, router, model, prompt + " chat", {})
         # Round robin reaches every engine once there have been as many requests as engines.
         for extra in range(len(plan.engines) - 2):
             complete(client, router, model, f"{prompt} {extra}", {})
         change = read_engine_counters(client, plan) - before
     served = sorted(name for name, count in change.requests.items() if count > 0)
     rows = [
-        *answer_rows(completion, chunks),
+        *answer_rows(completion, chat.chunks),
         VerdictRow(
             "prompt tokens received as KV (all engines: external_kv_transfer)",
             f"{change.kv_tokens:.0f}",
@@ -56,4 +56,4 @@ def run_colocated_smoke(
             len(served) == len(plan.engines),
         ),
     ]
-    return SmokeResult(rows, completion.text, chat_text, completion.prompt_tokens)
+    return SmokeResult(rows, completion.text, chat.text, completion.prompt_tokens)

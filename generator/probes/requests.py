@@ -12,6 +12,7 @@ from generator.probes.verdict import VerdictRow
 
 __all__ = [
     "SMOKE_MAX_TOKENS",
+    "ChatStream",
     "Completion",
     "answer_rows",
     "chat_stream",
@@ -80,9 +81,19 @@ def complete(
     )
 
 
+@dataclass(frozen=True)
+class ChatStream:
+    """A streamed chat completion's answer: its id, its text and how many chunks carried it
+    (0: the stream did not end with [DONE])."""
+
+    id: str
+    text: str
+    chunks: int
+
+
 def chat_stream(
     client: ProbeClient, router: Router, model: str, prompt: str, headers: dict[str, str]
-) -> tuple[str, int]:
+) -> ChatStream:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -91,7 +102,7 @@ def chat_stream(
         "stream": True,
     }
     url = f"{router.url}/v1/chat/completions"
-    text, chunks, done = [], 0, False
+    text, chunks, done, answer_id = [], 0, False, ""
     for line in client.stream_lines(router.service, url, body, headers=headers):
         if not line.startswith("data: "):
             continue
@@ -100,11 +111,12 @@ def chat_stream(
             done = True
             break
         event = Reply.parse(payload, client.origin(router.service, url))
+        answer_id = answer_id or str(event.body.get("id") or "")
         for choice in event.require("choices", list):
             delta = choice.get("delta") if isinstance(choice, dict) else None
             text.append(str((delta or {}).get("content") or ""))
         chunks += 1
-    return "".join(text), chunks if done else 0
+    return ChatStream(answer_id, "".join(text), chunks if done else 0)
 
 
 def answer_rows(completion: Completion, chunks: int) -> list[VerdictRow]:

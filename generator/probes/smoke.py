@@ -13,6 +13,7 @@ from typing import Any
 from generator.plan import Plan
 from generator.probes.colocated import run_colocated_smoke
 from generator.probes.http import MetricSamples, Origin, ProbeClient, Reply, Transport, metric_sum
+from generator.probes.kv_loads import kv_load_row
 from generator.probes.kv_reference import KvReference
 from generator.probes.kv_speed import (
     KvCounters,
@@ -78,7 +79,7 @@ def run_smoke(
         kv_start = read_counters(client, plan)
         completion = complete(client, router, model, prompt, headers)
         kv_mid = wait_for_transfers(client, plan, kv_start)
-        chat_text, chunks = chat_stream(client, router, model, chat_prompt, headers)
+        chat = chat_stream(client, router, model, chat_prompt, headers)
         kv_end = wait_for_transfers(client, plan, kv_mid)
         after = _decode_metrics(client, plan)
         objects_after = _lmcache_objects(plan, sources, read_inside)
@@ -87,8 +88,9 @@ def run_smoke(
     per_request = [("completion", kv_mid - kv_start), ("chat", kv_end - kv_mid)]
     ucx = transport_in_logs(plan, logs, per_request) if logs else None
     rows = [
-        *answer_rows(completion, chunks),
+        *answer_rows(completion, chat.chunks),
         *_kv_rows(sources, before, after),
+        *_load_rows(plan, sources, logs, (("completion", completion.id), ("chat", chat.id))),
         kv_speed_row(plan, per_request, ucx, reference),
         _stamp_row(plan, completion),
         lmcache_row(objects_before, objects_after),
@@ -97,7 +99,20 @@ def run_smoke(
         *([left_out_row(left_out)] if left_out else []),
     ]
     transfers = tuple(_transfer(name, counters, ucx) for name, counters in per_request)
-    return SmokeResult(rows, completion.text, chat_text, completion.prompt_tokens, transfers)
+    return SmokeResult(rows, completion.text, chat.text, completion.prompt_tokens, transfers)
+
+
+def _load_rows(
+    plan: Plan,
+    sources: VerdictSources,
+    logs: Callable[[list[str]], str] | None,
+    answers: tuple[tuple[str, str], ...],
+) -> list[VerdictRow]:
+    """Where the decoders' connector logs each load: that every smoke request's was logged."""
+    if sources.load_log is None:
+        return []
+    text = logs([engine.name for engine in plan.decode]) if logs else None
+    return [kv_load_row(sources.load_log, text, answers)]
 
 
 def _p2p_rows(

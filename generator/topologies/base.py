@@ -8,6 +8,7 @@ or touches Docker; the probes and the workflow read what it returns.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -24,6 +25,7 @@ __all__ = [
     "CounterRow",
     "EngineSite",
     "KvSpeedSource",
+    "LoadLog",
     "ReceiverPorts",
     "TopologyUnit",
     "VerdictSources",
@@ -80,6 +82,17 @@ class CounterRow:
 
 
 @dataclass(frozen=True)
+class LoadLog:
+    """The line a decoder's KV connector logs for each request whose KV it loaded. vLLM counts
+    a prompt's tokens as arrived (external_kv_transfer) once the connector promises them, so
+    only this line shows that they were loaded. ``pattern``'s groups: ``request`` (vLLM's
+    request id, which starts with the answer's id), ``loaded`` and ``required`` (tokens)."""
+
+    source: str  # who writes it, for the verdict row
+    pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True)
 class VerdictSources:
     kv_speed: KvSpeedSource
     # Prompt tokens a decoder computes itself per request (lmcache-pd: the prefiller's first
@@ -90,6 +103,7 @@ class VerdictSources:
     object_stores: tuple[tuple[str, int], ...] = ()  # (service, http port): LMCache /status
     # lmcache.p2p: (engine, its server's service, the server's http port), in plan order.
     p2p_servers: tuple[tuple[str, str, int], ...] = ()
+    load_log: LoadLog | None = None  # where the decoders log each request's KV they loaded
 
 
 def kv_prompt_tokens(profile: Profile, chunk_size: int) -> int:

@@ -9,6 +9,7 @@ engine reads an LMCache config file. Only keys that LMCache 0.5.6 knows are writ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from generator.spec import LMCachePDSpec, Profile, RouterKind, Spec, Topology
 from generator.topologies.base import (
     EngineSite,
     KvSpeedSource,
+    LoadLog,
     ReceiverPorts,
     VerdictSources,
     baseline_room,
@@ -41,6 +43,16 @@ from generator.topologies.base import (
 __all__ = ["LMCACHE_CONFIG_PATH", "UNIT", "LMCachePD"]
 
 LMCACHE_CONFIG_PATH = "/etc/xpyd/lmcache.yaml"
+# What every active rank of a receiver logs at INFO once a request's KV is in vLLM's cache
+# (LMCache 0.5.6, lmcache/v1/cache_engine.py). A receiver skipped its loads on an H100 with CUDA
+# graphs while vLLM still counted the tokens as arrived (docs/gpu-h200/xpyd-lmcache-1gpu).
+_RETRIEVED = LoadLog(
+    "LMCache",
+    re.compile(
+        r"\[req_id=(?P<request>\S+)\] Retrieved (?P<loaded>\d+) out of (?P<required>\d+) "
+        r"required tokens"
+    ),
+)
 
 
 class LMCachePD:
@@ -214,7 +226,9 @@ class LMCachePD:
             memory="cuda" if _settings(plan).buffer_device == "cuda" else "host",
         )
         tokens = kv_prompt_tokens(plan.profile, _settings(plan).chunk_size)
-        return VerdictSources(speed, local_compute_per_request=1, kv_prompt_tokens=tokens)
+        return VerdictSources(
+            speed, local_compute_per_request=1, kv_prompt_tokens=tokens, load_log=_RETRIEVED
+        )
 
 
 def _settings(plan: Plan) -> LMCachePDTopology:

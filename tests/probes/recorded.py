@@ -2,7 +2,9 @@
 
 ``python -m tests.probes.recorded record STACK OUT.json`` runs the smoke verdict against the
 running STACK through a transport that forwards every request to the real services and keeps
-each exchange (the service, method, path, request body, status, headers and answer), in order.
+each exchange (the service, method, path, request body, status, headers and answer), in order,
+and the lines of the services' logs it read (`python -m generator logs`) that name a request
+(``req_id=``: LMCache's per-request lines; the rest is start-up noise).
 ``ReplayTransport`` answers the same requests with the recorded answers, so that a unit test
 drives the real verdict over what real engines said (tests/probes/test_recorded_verdict.py).
 """
@@ -10,6 +12,7 @@ drives the real verdict over what real engines said (tests/probes/test_recorded_
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import defaultdict, deque
 from pathlib import Path
@@ -88,7 +91,18 @@ class ReplayTransport(httpx.BaseTransport):
 def record(stack: str, out: Path) -> None:
     plan = make_plan(load_spec(Workspace(Path.cwd()).stack_file(stack)))
     transport = RecordingTransport(plan)
-    result = run_smoke(plan, nonce=NONCE, read_inside=read_here, transport=transport)
+    kept: list[str] = []
+
+    def logs(services: list[str]) -> str:
+        for service in services:
+            text = subprocess.run(
+                [sys.executable, "-m", "generator", "logs", stack, service],
+                capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+            kept.extend(line for line in text.splitlines() if "req_id=" in line)
+        return "\n".join(kept)
+
+    result = run_smoke(plan, nonce=NONCE, read_inside=read_here, transport=transport, logs=logs)
     out.write_text(
         json.dumps(
             {
@@ -98,6 +112,7 @@ def record(stack: str, out: Path) -> None:
                 "passed": result.passed,
                 "rows": [[row.check, row.observed, row.mark] for row in result.rows],
                 "exchanges": transport.exchanges,
+                "logs": kept,
             },
             indent=1,
         )

@@ -28,7 +28,11 @@ def test_a_recorded_live_smoke_replays_to_the_same_verdict(workspace: Workspace,
     plan = make_plan(load_spec(workspace.stack_file(recorded["stack"])))
     transport = ReplayTransport(plan, recorded["exchanges"])
     result = run_smoke(
-        plan, nonce=recorded["nonce"], read_inside=_no_read_inside, transport=transport
+        plan,
+        nonce=recorded["nonce"],
+        read_inside=_no_read_inside,
+        transport=transport,
+        logs=lambda services: "\n".join(recorded["logs"]),
     )
     assert [[row.check, row.observed, row.mark] for row in result.rows] == recorded["rows"]
     assert result.passed is recorded["passed"] is True
