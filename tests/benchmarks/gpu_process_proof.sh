@@ -21,6 +21,8 @@
 # its spec, KV_BYTES then overrides it): vLLM then measures
 # no memory at start, so the engines sharing the GPU start, and restart, together
 # (generator/plan/start_order.py) instead of one after another.
+# ENGINE_ARGS: more arguments for both engines, a JSON list, e.g. '["-cc.cudagraph_mode=PIECEWISE"]'
+# (CUDA graphs for the model's pieces only, attention eager).
 # ROUTER_ARGS: more router arguments, a JSON list (router.extra_args), e.g. '["--log-level",
 # "debug"]': vllm-router then logs each prefill answer and decode request it passes on.
 # ENGINE_ENV: more environment for both engines, a JSON object (prefill.env and decode.env), e.g.
@@ -52,6 +54,9 @@ engine_args=''
 [ -n "${KV_BYTES:-}" ] && engine_args="$engine_args\"--kv-cache-memory-bytes\", \"$KV_BYTES\", "
 # Each role's own arguments, after the stack's model.extra_args (vLLM: the last one wins).
 extra="[$engine_args\"--load-format\", \"dummy\"]"
+if [ -n "${ENGINE_ARGS:-}" ]; then
+    extra=$("$python" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1]) + json.loads(sys.argv[2])))' "$extra" "$ENGINE_ARGS") || exit 2
+fi
 isolation=plain
 [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && isolation=container
 settings=(
