@@ -9,7 +9,7 @@ from __future__ import annotations
 from generator.plan import EnginePlan, Plan
 from generator.plan.start_order import vllm_flag
 from generator.spec import Profile
-from generator.topologies import block_size_of, topology_of
+from generator.topologies import block_size_of, cudagraph_mode_of, topology_of
 
 __all__ = ["engine_settings"]
 
@@ -29,6 +29,8 @@ def _one_engine(plan: Plan, engine: EnginePlan) -> dict[str, str]:
     args = (*plan.model.extra_args, *engine.extra_args)
     eager = "--enforce-eager" in args
     compiled = "CUDA graphs" if plan.profile is Profile.GPU else "compiled (vLLM CPU's default)"
+    if (mode := cudagraph_mode_of(plan, engine)) is not None:
+        compiled = f"CUDA graphs ({mode.lower()}: attention eager)" if mode == "PIECEWISE" else mode
     settings = {
         "execution": "eager (--enforce-eager)" if eager else compiled,
         "block size": str(block) if (block := block_size_of(plan)) is not None else _DEFAULT,

@@ -10,7 +10,7 @@ import json
 
 from generator.plan import EnginePlan, Plan
 from generator.plan.traces import traces_endpoint
-from generator.topologies import block_size_of, topology_of
+from generator.topologies import block_size_of, cudagraph_mode_of, topology_of
 
 __all__ = ["engine_command"]
 
@@ -28,6 +28,8 @@ def engine_command(plan: Plan, engine: EnginePlan) -> list[str]:
         args += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
     if (block_size := block_size_of(plan)) is not None:
         args += ["--block-size", str(block_size)]
+    if (cudagraph_mode := cudagraph_mode_of(plan, engine)) is not None:
+        args += [f"-cc.cudagraph_mode={cudagraph_mode}"]
     connector = topology_of(plan).connector_config(plan, engine)
     if connector is not None:
         args += ["--kv-transfer-config", json.dumps(connector, separators=(",", ":"))]

@@ -264,6 +264,11 @@ class TopologyUnit(Protocol):
         vLLM's own default."""
         ...
 
+    def cudagraph_mode(self, plan: Plan) -> str | None:
+        """vLLM's CUDA graph mode (``-cc.cudagraph_mode``) where the engines' arguments choose
+        none; None: vLLM's own default."""
+        ...
+
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         """Where the P/D verdict reads its counters (None: no KV moves, no P/D verdict)."""
         ...

@@ -95,6 +95,9 @@ class Colocated:
     def block_size(self, plan: Plan) -> int | None:
         return None  # no KV moves
 
+    def cudagraph_mode(self, plan: Plan) -> str | None:
+        return None
+
     def verdict_sources(self, plan: Plan) -> VerdictSources | None:
         return None  # nothing moves: the colocated verdict (probes/colocated.py) applies
 

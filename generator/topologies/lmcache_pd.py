@@ -191,6 +191,13 @@ class LMCachePD:
     def block_size(self, plan: Plan) -> int | None:
         return None  # LMCache moves its own chunks (lmcache.chunk_size), not vLLM's blocks
 
+    def cudagraph_mode(self, plan: Plan) -> str | None:
+        # Under vLLM's default full CUDA graphs for decode batches, LMCache's receiver finds no
+        # attention metadata and skips its loads (start_load_kv returns at once), then stalls
+        # once its buffer is full of chunks never loaded: on an H100 and on an H200. Piecewise
+        # graphs (attention eager) loaded every request's KV on the H200 (docs/gpu-h200).
+        return "PIECEWISE" if plan.profile is Profile.GPU else None
+
     def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
         return None
 

@@ -207,6 +207,9 @@ class NixlMP:
     def block_size(self, plan: Plan) -> int | None:
         return _GPU_BLOCK_TOKENS if plan.profile is Profile.GPU else None
 
+    def cudagraph_mode(self, plan: Plan) -> str | None:
+        return None  # full CUDA graphs load NIXL's KV (H100, H200: docs/gpu-h200)
+
     def registration_url(self, plan: Plan, engine: EnginePlan) -> str | None:
         # The engine's LMCacheMPConnector registers its KV buffers with the server at start
         # and never again: a restarted server lists no engine, and every request hangs.

@@ -104,3 +104,39 @@ def test_an_lmcache_chunk_holds_whole_kv_blocks(overrides: list[str], refused: b
         return
     with pytest.raises(SpecError, match=r"lmcache\.chunk_size.*not a whole number of KV"):
         load_spec(spec_file, overrides)
+
+
+def _cudagraph_args(spec: Spec) -> list[list[str]]:
+    plan = make_plan(spec)
+    return [
+        [arg for arg in engine_command(plan, engine) if "cudagraph_mode" in arg]
+        for engine in plan.engines
+    ]
+
+
+def test_lmcache_pd_on_gpus_runs_piecewise_cuda_graphs_unless_the_args_choose() -> None:
+    """Under vLLM's default full CUDA graphs LMCache's receiver skipped its loads (an H100 and
+    an H200); piecewise graphs loaded every request's KV on the H200. Both engines get it, as
+    measured; nixl-mp and the cpu profile keep vLLM's default; an engine whose arguments set
+    eager mode, a CUDA graph mode, the compile mode or a whole compilation config keeps
+    theirs, and another compilation field (a capture size) does not count as a choice."""
+    lmcache_gpu = _spec("xpyd-lmcache-1gpu")
+    assert _cudagraph_args(lmcache_gpu) == [["-cc.cudagraph_mode=PIECEWISE"]] * 2
+    assert engine_settings(make_plan(lmcache_gpu))["execution"] == (
+        "CUDA graphs (piecewise: attention eager)"
+    )
+    for stack in ("xpyd-1gpu", "cpu-lmcache-pd", "cpu-1p1d"):
+        assert _cudagraph_args(_spec(stack)) == [[], []], stack
+    for theirs in (
+        ["--enforce-eager"],
+        ["-cc.cudagraph_mode=FULL_AND_PIECEWISE"],
+        ["--compilation-config.cudagraph_mode", "NONE"],
+        ["-cc.mode=none"],
+        ["--compilation-config", '{"cudagraph_mode": "FULL"}'],
+        ["-O0"],
+    ):
+        chosen = _with_model_args(lmcache_gpu, *theirs)
+        ours = [a for args in _cudagraph_args(chosen) for a in args if a.endswith("=PIECEWISE")]
+        assert ours == [], theirs
+    capture = _with_model_args(lmcache_gpu, "-cc.max_cudagraph_capture_size=64")
+    assert _cudagraph_args(capture)[0] == ["-cc.cudagraph_mode=PIECEWISE"]
