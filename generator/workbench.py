@@ -17,7 +17,7 @@ from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import diff_rendered, write_all
 from generator.serializers.process import PLAN_FILE
-from generator.spec import DockerAccess, ProcessSpec, Profile, Runtime
+from generator.spec import DockerAccess, ProcessSpec, Profile, Runtime, SlurmSpec
 from generator.stack import load_spec
 
 _PLAN_JSON_MAX_BYTES = 16 << 20
@@ -89,6 +89,7 @@ class RenderedHost:
     process_file: Path | None  # rendered for local processes: its processes.yaml
     process: ProcessSpec  # the rendered plan's process settings
     runtime: Runtime  # what it was rendered for (plan.json)
+    slurm: SlurmSpec | None = None  # the rendered plan's Slurm settings (its steps' containers)
 
 
 def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[RenderedHost]:
@@ -109,7 +110,7 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
             f"no rendered stack named {name} under {workspace.compose_dir}",
             hint=f"rendered stacks: {', '.join(rendered) or 'none'} (render or up it first)",
         )
-    access, profile, process, runtime = _rendered_plan(folder / "plan.json")
+    access, profile, process, runtime, slurm = _rendered_plan(folder / "plan.json")
     hosts = []
     for path in files:
         project, host, services = _project_of(path)
@@ -127,6 +128,7 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
                 processes,
                 process,
                 runtime,
+                slurm,
             )
         )
     return hosts
@@ -134,10 +136,10 @@ def rendered_projects(stack: str, workspace: Workspace | None = None) -> list[Re
 
 def _rendered_plan(
     plan_file: Path,
-) -> tuple[dict[str, DockerAccess], Profile, ProcessSpec, Runtime]:
+) -> tuple[dict[str, DockerAccess], Profile, ProcessSpec, Runtime, SlurmSpec | None]:
     """Each host's Docker engine as the rendered plan.json says (absent: the local one), the
     plan's profile, its process settings (validated as the spec's are: the Pythons named there
-    are what `status` runs health checks with) and its runtime."""
+    are what `status` runs health checks with), its runtime and its Slurm settings."""
     try:
         text = read_bounded(plan_file, max_bytes=_PLAN_JSON_MAX_BYTES)
         if text is None:
@@ -150,7 +152,8 @@ def _rendered_plan(
         }
         process = ProcessSpec.model_validate(plan.get("process") or {})
         runtime = Runtime(plan.get("runtime", "compose"))  # the plan leaves the default out
-        return access, Profile(plan["profile"]), process, runtime
+        slurm = SlurmSpec.model_validate(plan["slurm"]) if plan.get("slurm") else None
+        return access, Profile(plan["profile"]), process, runtime, slurm
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise XpydError(
             f"{plan_file} is not a plan render wrote ({exc})", hint="render the stack again"

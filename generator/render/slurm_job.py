@@ -28,4 +28,5 @@ def job_script(plan: Plan, workspace: Workspace) -> str:
         nodes=request.nodes,
         gpus=request.gpus_per_node,
         time_limit_min=request.time_limit_min,
+        container=plan.slurm.container if plan.slurm else None,
     )

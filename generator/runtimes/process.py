@@ -48,7 +48,7 @@ from generator.runtimes.groups import (
     listening,
 )
 from generator.runtimes.launchers import LOCAL, Launcher
-from generator.runtimes.process_commands import Pythons, ServiceCommands
+from generator.runtimes.process_commands import Images, Pythons, ServiceCommands
 from generator.runtimes.process_state import (
     MARKER_ENV,
     STATE_FILE,
@@ -60,6 +60,7 @@ from generator.runtimes.process_state import (
     write_state,
 )
 from generator.serializers.process import (
+    Interpreter,
     ProcessProject,
     ProcessService,
     map_path,
@@ -71,7 +72,14 @@ from generator.supervise import IN_IMAGE as SUPERVISOR_IN_IMAGE
 from generator.supervise import STOPPING_FILE, last_said
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
 
-__all__ = ["HEALTH_EVERY_S", "ProcessOneOff", "ProcessStack", "Pythons", "rendered_process_stack"]
+__all__ = [
+    "HEALTH_EVERY_S",
+    "Images",
+    "ProcessOneOff",
+    "ProcessStack",
+    "Pythons",
+    "rendered_process_stack",
+]
 
 HEALTH_EVERY_S = 5.0
 _HEALTH_TIMEOUT_S = 10.0
@@ -112,6 +120,7 @@ class ProcessStack:
         *,
         isolation: Isolation = Isolation.PLAIN,
         launcher: Launcher = LOCAL,
+        images: Images | None = None,
     ) -> None:
         self._plan = project
         self.root = root
@@ -120,7 +129,7 @@ class ProcessStack:
         self.launcher = launcher
         self.state_dir = root / project.state
         self.commands = ServiceCommands(
-            project, root, pythons, isolation, self.state_dir, pins_cores=launcher.pins_cores
+            project, root, pythons, isolation, self.state_dir, launcher.pins_cores, images
         )
         self._health: dict[str, tuple[float, bool, int]] = {}  # when, healthy, at restarts
 
@@ -189,7 +198,9 @@ class ProcessStack:
         argv += self.commands.argv(service, service.command)
         log = append_descriptor(self.root, self.logs_dir / f"{service.name}.log")
         try:
-            pid = self.launcher.start(argv, env, self.root, log)
+            pid = self.launcher.start(
+                argv, env, self.root, log, image=self.commands.image_of(service)
+            )
         finally:
             os.close(log)
         started = create_time(pid)  # our child: it stays (a zombie at worst) until reaped
@@ -288,7 +299,11 @@ class ProcessStack:
         argv = [*self.commands.executable(service, service.health[0]), *service.health[1:]]
         try:
             done = self.launcher.run(
-                argv, self.commands.environment(service), self.root, timeout_s=_HEALTH_TIMEOUT_S
+                argv,
+                self.commands.environment(service),
+                self.root,
+                timeout_s=_HEALTH_TIMEOUT_S,
+                image=self.commands.image_of(service),
             )
         except subprocess.TimeoutExpired:
             return False
@@ -343,13 +358,34 @@ class ProcessStack:
 
     # --- running other commands -------------------------------------------------------
 
+    def ask_python(
+        self, interpreter: Interpreter, code: str, timeout_s: float
+    ) -> subprocess.CompletedProcess[str]:
+        """``code`` run by the Python of ``interpreter``'s services, where they run: through
+        the launcher, in their image where they have one (the Pythons check of `up`)."""
+        python = self.pythons.router if interpreter == "router" else self.pythons.engine
+        images = self.commands.images
+        image = (
+            None
+            if images is None
+            else (images.router if interpreter == "router" else images.engine)
+        )
+        env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+        return self.launcher.run(
+            [str(python), "-c", code], env, self.root, timeout_s=timeout_s, image=image
+        )
+
     def execute(self, service: str, command: list[str]) -> str:
         definition = self._plan.service(service)
         paths = definition.paths | _RUNTIME_PATHS
         mapped = [map_path(part, paths, what="the command") for part in command]
         argv = [*self.commands.executable(definition, mapped[0]), *mapped[1:]]
         done = self.launcher.run(
-            argv, self.commands.environment(definition), self.root, timeout_s=_EXECUTE_TIMEOUT_S
+            argv,
+            self.commands.environment(definition),
+            self.root,
+            timeout_s=_EXECUTE_TIMEOUT_S,
+            image=self.commands.image_of(definition),
         )
         if done.returncode != 0:
             raise StackError(
@@ -383,7 +419,12 @@ class ProcessStack:
         stderr = append_descriptor(self.root, err)
         try:
             process = self.launcher.spawn(
-                argv, environment, self.root, stdout=stdout, stderr=stderr
+                argv,
+                environment,
+                self.root,
+                stdout=stdout,
+                stderr=stderr,
+                image=self.commands.image_of(definition),
             )
         finally:
             os.close(stdout)
@@ -458,11 +499,14 @@ def rendered_process_stack(
     isolation: Isolation,
     *,
     launcher: Launcher = LOCAL,
+    images: Images | None = None,
 ) -> ProcessStack:
     """A rendered host's processes as `up` left them (from another shell): its plan file read
-    back, and the Pythons and isolation its rendered plan names."""
+    back, and the Pythons, isolation and images its rendered plan names."""
     project = load_process_project(plan_file, root)
-    return ProcessStack(project, root, pythons, isolation=isolation, launcher=launcher)
+    return ProcessStack(
+        project, root, pythons, isolation=isolation, launcher=launcher, images=images
+    )
 
 
 def _text(path: Path) -> str:

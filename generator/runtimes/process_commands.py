@@ -22,7 +22,7 @@ from generator.spec import Isolation
 from generator.supervise import LOCK_DIR_ENV, PID_FILE_ENV, alone_options, watch_options
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
 
-__all__ = ["Pythons", "ServiceCommands"]
+__all__ = ["Images", "Pythons", "ServiceCommands"]
 
 _DIGESTED_FILE_MAX_BYTES = 1 << 20  # configs are small; a larger file is read by size and time
 # The caller's Python environment must not leak into the services' own, nor a marker of its own.
@@ -50,6 +50,19 @@ class Pythons:
 
 
 @dataclass(frozen=True)
+class Images:
+    """Each interpreter's container image, where the services run in containers (pyxis under
+    Slurm): their Pythons are then the images' own, a name on the image's PATH or a path in
+    it, and so are the tools beside them."""
+
+    engine: str
+    router: str
+
+    def of(self, service: ProcessService) -> str:
+        return self.router if service.interpreter == "router" else self.engine
+
+
+@dataclass(frozen=True)
 class ServiceCommands:
     """The commands and environments of one host's services."""
 
@@ -59,6 +72,10 @@ class ServiceCommands:
     isolation: Isolation
     state_dir: Path
     pins_cores: bool = True  # taskset from the plan's core ids (False: the launcher binds)
+    images: Images | None = None  # None: the services run from Pythons on this filesystem
+
+    def image_of(self, service: ProcessService) -> str | None:
+        return self.images.of(service) if self.images else None
 
     def definition(self, service: ProcessService) -> str:
         """A digest of what the service runs: its plan entry and the files it is given (its
@@ -97,6 +114,8 @@ class ServiceCommands:
         python = self.pythons.of(service)
         if name in ("python", "python3"):
             return [str(python)]
+        if self.images is not None:
+            return [name]  # on the image's PATH, which is not ours to look at
         beside = python.parent / name
         if beside.is_file():
             return [str(beside)]
@@ -112,8 +131,10 @@ class ServiceCommands:
 
     def environment(self, service: ProcessService) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
-        env["PATH"] = f"{self.pythons.of(service).parent}{os.pathsep}{env.get('PATH', '')}"
+        if self.images is None:  # an image's PATH leads to its own Python
+            env["PATH"] = f"{self.pythons.of(service).parent}{os.pathsep}{env.get('PATH', '')}"
         env |= service.env
+        env["XPYD_SERVICE"] = service.name  # its checks' steps are named after it too
         if service.interpreter == "router":
             env["PYTHONPATH"] = str(self.root)  # the router image's /opt/xpyd/generator
         env |= self.secret_env(service) | _passed_env(service)

@@ -1,7 +1,8 @@
 """The process runtime's commands as steps of a Slurm job on one node (srun): the process the
 runtime keeps track of is the step's srun client, here, in a session of its own; the step's
-processes run on the node, with the environment srun passes on. A stop signals the step
-through Slurm (scancel --signal), then ends its client."""
+processes run on the node, with the environment srun passes on, in a container where the
+stack asks for one (pyxis: generator/runtimes/pyxis.py). A stop signals the step through
+Slurm (scancel --signal), then ends its client."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from generator.runtimes.groups import alive, spawn, spawn_service, stop_group
 from generator.runtimes.process_state import ServiceEntry
+from generator.runtimes.pyxis import PyxisContainer
 from generator.slurm import signal_step, srun_prefix
 
 __all__ = ["SrunLauncher"]
@@ -27,27 +29,83 @@ class SrunLauncher:
     project: str  # names the steps: `squeue --steps` shows which service each is
     pins_cores: bool = True  # whole nodes are allocated: the plan's cores are the node's
     local: bool = False  # what runs here is each step's srun client
+    container: PyxisContainer | None = None  # pyxis's options, where steps run in images
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: Path, log: int) -> int:
-        step = srun_prefix(
-            self.job_id, self.node, name=_step_name(self.project, env), gpus=self.gpus
-        )
-        return spawn_service([*step, f"--chdir={cwd}", *argv], env, cwd, log)
+    def start(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: int, *, image: str | None = None
+    ) -> int:
+        command = self.step_command(argv, env, cwd, _step_name(self.project, env), image)
+        return spawn_service(command, env, cwd, log)
 
     def run(
-        self, argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        timeout_s: float,
+        *,
+        image: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        step = srun_prefix(self.job_id, self.node, name=f"{self.project}:check", gpus=0)
         return subprocess.run(
-            [*step, f"--chdir={cwd}", *argv], env=env, cwd=cwd, capture_output=True, text=True,
-            timeout=timeout_s, check=False,
+            self.check_command(argv, env, cwd, image), env=env, cwd=cwd, capture_output=True,
+            text=True, timeout=timeout_s, check=False,
         )  # fmt: skip
 
+    def check_command(
+        self, argv: list[str], env: dict[str, str], cwd: Path, image: str | None
+    ) -> list[str]:
+        """``argv`` as a short step beside the services (no GPU): a service's check from its
+        container, where it has one."""
+        return [*self._step(f"{self.project}:check", 0, env, cwd, image, reuse=True), *argv]
+
     def spawn(
-        self, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: int, stderr: int
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        stdout: int,
+        stderr: int,
+        image: str | None = None,
     ) -> subprocess.Popen[bytes]:
-        step = srun_prefix(self.job_id, self.node, name=f"{self.project}:oneoff", gpus=self.gpus)
-        return spawn([*step, f"--chdir={cwd}", *argv], env, cwd, stdout=stdout, stderr=stderr)
+        command = self.step_command(argv, env, cwd, self._oneoff, image)
+        return spawn(command, env, cwd, stdout=stdout, stderr=stderr)
+
+    def step_command(
+        self, argv: list[str], env: dict[str, str], cwd: Path, name: str, image: str | None
+    ) -> list[str]:
+        """``argv`` as a step that sees its node's GPUs: slurmstepd sets CUDA_VISIBLE_DEVICES
+        to all of them (same-node P/D needs the peer's GPUs for cuda_ipc), so the plan's
+        choice among them is put back inside the step."""
+        step = self._step(name, self.gpus, env, cwd, image, service=name != self._oneoff)
+        return [*step, *(_plan_gpus(env) if self.gpus else []), *argv]
+
+    @property
+    def _oneoff(self) -> str:
+        return f"{self.project}:oneoff"
+
+    def _step(
+        self,
+        name: str,
+        gpus: int,
+        env: dict[str, str],
+        cwd: Path,
+        image: str | None,
+        *,
+        service: bool = False,
+        reuse: bool = False,
+    ) -> list[str]:
+        """srun's options for a step: on its node, in ``image`` where one is given. A
+        service's container is named after it (its checks reuse it); a one-off's and the
+        Pythons check's are not (removed after their step)."""
+        step = [*srun_prefix(self.job_id, self.node, name=name, gpus=gpus), f"--chdir={cwd}"]
+        if image is None:
+            return step
+        if self.container is None:
+            raise TypeError(f"{name}: an image ({image}) for a launcher without containers")
+        owner = env.get("XPYD_SERVICE") if service or reuse else None
+        container = f"{self.project}-{owner}" if owner else None
+        return [*step, *self.container.options(image, env, name=container, reuse=reuse)]
 
     def stop(self, name: str, entry: ServiceEntry, grace_s: float) -> None:
         """SIGTERM to the service's step through Slurm (its client would kill it at once),

@@ -33,14 +33,17 @@ from generator.spec.types import (
     DnsLabel,
     DockerContextName,
     DockerUrl,
+    EnrootImage,
     EnvName,
     EnvValue,
     HeaderName,
     HostAddress,
+    ImagePython,
     ImageRef,
     ModelRef,
     NixlBackend,
     Port,
+    PyxisMount,
     Repository,
     ServedName,
     Text,
@@ -177,6 +180,34 @@ class ProcessSpec(StrictModel):
 SlurmName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
+class SlurmContainerSpec(StrictModel):
+    """Every step in a container, through pyxis (NVIDIA's Slurm plugin for enroot) where the
+    cluster has it: srun --container-image. The checkout is mounted at its own path (the
+    supervisor, the configs, the state and the logs the login node reads), a host-path model
+    too; each step's own environment wins over the image's. Rendered and checked against
+    pyxis's option table, not run here (no enroot on the machine CI runs on)."""
+
+    engine_image: EnrootImage = Field(
+        description="engines, LMCache servers and one-off runs (the benchmark): an image with "
+        "the stack's engine lock, such as its engine image pushed to a registry the nodes pull "
+        "from, or made a squashfs file on a shared filesystem (enroot import dockerd://IMAGE)"
+    )
+    router_image: EnrootImage = Field(
+        description="the router: an image with images/locks/router.txt (the stack's router image)"
+    )
+    engine_python: ImagePython = Field(
+        "python3", description="the engines' Python in engine_image: a name on its PATH, or a path"
+    )
+    router_python: ImagePython = Field(
+        "python3", description="the router's Python in router_image: a name on its PATH, or a path"
+    )
+    mounts: list[PyxisMount] = Field(
+        default_factory=list,
+        max_length=64,
+        description="more bind mounts, SRC:DST[:FLAGS], flags joined by + (/data:/data:ro)",
+    )
+
+
 class SlurmSpec(StrictModel):
     """The Slurm runtime's settings (runtime: slurm, or up --runtime slurm): what the job asks
     of the cluster. Each host of the spec is one node of the job."""
@@ -197,6 +228,9 @@ class SlurmSpec(StrictModel):
         le=1 << 40,
         description="the job to run in (an salloc of yours); default: the job up runs inside, "
         "else one up submits. up sets it, with each host's address, once the job runs",
+    )
+    container: SlurmContainerSpec | None = Field(
+        None, description="run every step in a container (pyxis); default: from the Pythons"
     )
 
 

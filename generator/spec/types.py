@@ -339,6 +339,63 @@ def _distinct(values: list[int]) -> list[int]:
     return values
 
 
+# pyxis's --container-image (its args.c): an enroot URI, [USER@][REGISTRY#]IMAGE[:TAG], the
+# registry set off by "#", or the absolute path of a squashfs file on the nodes.
+_ENROOT_URI = re.compile(
+    r"(?:[A-Za-z0-9._-]{1,64}@)?(?:[A-Za-z0-9.-]{1,253}(?::[0-9]{1,5})?#)?"
+    r"[a-z0-9][a-z0-9._/-]{0,254}(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?"
+)
+# A mount of pyxis's --container-mounts, SRC:DST[:FLAGS]: "," separates mounts and "+" a mount's
+# flags. Absolute paths only: a relative one would be the step's working directory's.
+_PYXIS_MOUNT = re.compile(
+    r"(/[A-Za-z0-9._/@+-]*):(/[A-Za-z0-9._/@+-]*)(?::([a-z_=]+(?:\+[a-z_=]+)*))?"
+)
+_IMAGE_PYTHON = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def _enroot_image(value: str) -> str:
+    value = _single_line(value)
+    if value.startswith("/"):
+        return _absolute_path(value)
+    if not _ENROOT_URI.fullmatch(value):
+        raise refuse(
+            "is neither an enroot image URI nor a squashfs file's absolute path",
+            "write [USER@][REGISTRY#]IMAGE[:TAG], the registry set off by # "
+            "(nvcr.io#nvidia/pytorch:24.01-py3), or /path/to/image.sqsh",
+        )
+    first, _, rest = value.rpartition("@")[2].partition("/")
+    if "#" not in value and rest and ("." in first or ":" in first or first == "localhost"):
+        # enroot would look for an image named after the host on its default registry.
+        raise refuse(
+            f"names the registry {first} with /, which enroot reads as part of the image name",
+            f"set the registry off with #: {value.replace('/', '#', 1)}",
+        )
+    return value
+
+
+def _pyxis_mount(value: str) -> str:
+    found = _PYXIS_MOUNT.fullmatch(_single_line(value))
+    if found is None:
+        raise refuse(
+            "is not a pyxis mount",
+            "write SRC:DST or SRC:DST:FLAGS, absolute paths, flags joined by + (/data:/data:ro)",
+        )
+    _no_dot_parts(found[1])
+    _no_dot_parts(found[2])
+    return value
+
+
+def _image_python(value: str) -> str:
+    if value.startswith("/"):
+        return _absolute_path(value)
+    if not _IMAGE_PYTHON.fullmatch(value):
+        raise refuse(
+            "is not a command name",
+            "give a name on the image's PATH (python3) or its absolute path",
+        )
+    return value
+
+
 Word = Annotated[str, AfterValidator(_single_line), Field(min_length=1, max_length=4096)]
 Arg = Annotated[str, AfterValidator(_single_line), Field(min_length=1, max_length=65536)]
 EnvValue = Annotated[str, AfterValidator(_single_line), Field(max_length=65536)]
@@ -355,6 +412,9 @@ CheckoutPath = Annotated[str, AfterValidator(_checkout_path)]
 TokenPath = Annotated[str, AfterValidator(_token_path)]
 ModelRef = Annotated[str, AfterValidator(_model_ref)]
 ImageRef = Annotated[str, AfterValidator(_check_image)]
+EnrootImage = Annotated[str, AfterValidator(_enroot_image)]
+PyxisMount = Annotated[str, AfterValidator(_pyxis_mount)]
+ImagePython = Annotated[str, AfterValidator(_image_python)]
 Repository = Annotated[str, AfterValidator(_check_repository)]
 Version = Annotated[str, AfterValidator(_check_version)]
 Url = Annotated[str, AfterValidator(_url)]

@@ -60,6 +60,37 @@ class _Slurm:
                 "remove process.isolation (plain)",
             )
         yield from observed_without_containers(spec, "slurm")
+        yield from _container_issues(spec)
+
+
+def _container_issues(spec: Spec) -> Iterator[SpecIssue]:
+    """pyxis containers run the images' Pythons, and the model must be on the nodes already."""
+    if spec.slurm.container is None:
+        return
+    for name in ("python", "router_python"):
+        if getattr(spec.process, name) is not None:
+            yield SpecIssue(
+                f"process.{name}",
+                "is a Python on the nodes' filesystem, but slurm.container runs each step in "
+                "an image",
+                f"remove process.{name}, or set slurm.container.{_IMAGE_PYTHON[name]}",
+            )
+    if spec.observe.enabled:
+        yield SpecIssue(
+            "observe.enabled",
+            "Prometheus runs from the nodes' PATH, but slurm.container runs each step in an image",
+            "set observe.enabled: false, or leave slurm.container out",
+        )
+    if spec.model.source == "synthetic":
+        yield SpecIssue(
+            "model.source",
+            "synthetic makes a random-weight model with the login node's Python, which "
+            "slurm.container does not use",
+            "set model.source: host-path (a folder every node sees) or hub",
+        )
+
+
+_IMAGE_PYTHON = {"python": "engine_python", "router_python": "router_python"}
 
 
 UNIT = _Slurm()

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from generator.errors import XpydError
 from generator.owned import owned_dir
 from generator.paths import Workspace
-from generator.plan import Plan
+from generator.plan import ModelPlan, Plan
 from generator.render import RenderedStack
 from generator.runtimes import ServiceRuntime
-from generator.runtimes.process import ProcessStack, rendered_process_stack
+from generator.runtimes.process import Images, ProcessStack, Pythons, rendered_process_stack
+from generator.runtimes.pyxis import PyxisContainer
 from generator.runtimes.slurm_job import (
     SLURM_DIR,
     BoundHost,
@@ -47,7 +49,7 @@ from generator.slurm import (
     submit,
     wait_released,
 )
-from generator.spec import Isolation, Profile, Runtime, SlurmSpec
+from generator.spec import Isolation, Profile, Runtime, SlurmContainerSpec, SlurmSpec
 from generator.workflow.builder import MINUTE, GraphBuilder
 from generator.workflow.context import RunContext
 from generator.workflow.hosts import HostStack
@@ -146,12 +148,18 @@ class _SlurmDriver:
     ) -> dict[str, HostStack]:
         job = _recorded_job(plan.stack, workspace, plan.slurm) or _job_of_plan(plan, workspace)
         services = {host.host: host for host in rendered.deployment.hosts}
-        pythons = plan_pythons(plan, workspace)
+        container = plan.slurm.container if plan.slurm else None
+        pythons = _image_pythons(container) if container else plan_pythons(plan, workspace)
+        images = _images(container)
         stacks: dict[str, HostStack] = {}
         for process in rendered.processes:
             host = plan.host(process.host)
-            launcher = _launcher(job, host.name, process.name, _gpus(plan, host.gpus))
-            runtime = ProcessStack(process, workspace.root, pythons, launcher=launcher)
+            pyxis = _pyxis(plan.model, container, workspace)
+            gpus = _gpus(plan, host.gpus)
+            launcher = _launcher(job, host.name, process.name, gpus, pyxis)
+            runtime = ProcessStack(
+                process, workspace.root, pythons, launcher=launcher, images=images
+            )
             stacks[host.name] = HostStack(host, services[host.name], runtime)
         return stacks
 
@@ -189,11 +197,22 @@ class _SlurmDriver:
                 hint="up the stack with --runtime slurm again",
             )
         job = _bound_job(rendered.stack, workspace, None)
-        # From another shell only checks, signals and stops run: none needs the node's GPUs.
-        launcher = _launcher(job, rendered.host, rendered.project, 0)
-        pythons = settings_pythons(rendered.process, rendered.profile, workspace)
+        container = rendered.slurm.container if rendered.slurm else None
+        # From another shell only checks, signals and stops run: none needs the node's GPUs,
+        # nor the model (the checks run in the images, which the checkout's mount serves).
+        pyxis = PyxisContainer.for_checkout(workspace.root, ()) if container else None
+        launcher = _launcher(job, rendered.host, rendered.project, 0, pyxis)
+        if container:
+            pythons = _image_pythons(container)
+        else:
+            pythons = settings_pythons(rendered.process, rendered.profile, workspace)
         return rendered_process_stack(
-            rendered.process_file, workspace.root, pythons, Isolation.PLAIN, launcher=launcher
+            rendered.process_file,
+            workspace.root,
+            pythons,
+            Isolation.PLAIN,
+            launcher=launcher,
+            images=_images(container),
         )
 
 
@@ -204,8 +223,30 @@ def _bound_overrides(plan: Plan, job: SlurmJob) -> list[str]:
     return [f"slurm.job_id={job.job_id}", *addresses]
 
 
-def _launcher(job: SlurmJob, host: str, project: str, gpus: int) -> SrunLauncher:
-    return SrunLauncher(job.job_id, job.node_of(host).node, gpus, project)
+def _launcher(
+    job: SlurmJob, host: str, project: str, gpus: int, pyxis: PyxisContainer | None
+) -> SrunLauncher:
+    return SrunLauncher(job.job_id, job.node_of(host).node, gpus, project, container=pyxis)
+
+
+def _image_pythons(container: SlurmContainerSpec) -> Pythons:
+    """The images' Pythons: a name on the image's PATH, or a path in it."""
+    return Pythons(engine=Path(container.engine_python), router=Path(container.router_python))
+
+
+def _images(container: SlurmContainerSpec | None) -> Images | None:
+    return Images(container.engine_image, container.router_image) if container else None
+
+
+def _pyxis(
+    model: ModelPlan, container: SlurmContainerSpec | None, workspace: Workspace
+) -> PyxisContainer | None:
+    """The checkout, a host-path model (read-only, where the engines' command names it) and
+    the spec's own mounts."""
+    if container is None:
+        return None
+    mounts = [f"{model.host_path}:{model.host_path}:ro"] if model.host_path else []
+    return PyxisContainer.for_checkout(workspace.root, (*mounts, *container.mounts))
 
 
 def _gpus(plan: Plan, host_gpus: tuple[int, ...]) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from generator.errors import StackError
 from generator.runtimes.process import ProcessStack, Pythons
+from generator.serializers.process import Interpreter
 from generator.topologies import topology_of
 from generator.workflow.context import RunContext
 from generator.workflow.steps.prepare import every
@@ -26,8 +27,12 @@ def check_pythons(context: RunContext) -> str:
     from generator.envs import make_synthetic_model
 
     stack = next(iter(context.hosts.values()))
-    pythons = stack.runtime.pythons if isinstance(stack.runtime, ProcessStack) else None
-    assert pythons is not None  # the DAG adds this task under the process runtime only
+    runtime = stack.runtime if isinstance(stack.runtime, ProcessStack) else None
+    assert runtime is not None  # the DAG adds this task under the process runtime only
+    pythons = runtime.pythons
+    if runtime.commands.images is not None:
+        # The images' Pythons, asked where the steps run (the spec refuses a synthetic model).
+        return "; ".join(_probe_in_images(context, runtime))
     try:
         found = _probe_pythons(context, pythons)
     except StackError:
@@ -51,6 +56,31 @@ def _probe_pythons(context: RunContext, pythons: Pythons) -> list[str]:
         _answers(pythons.engine, probe, "the engines' Python"),
         _answers(pythons.router, _ROUTER_PROBE, "the router's Python"),
     ]
+
+
+def _probe_in_images(context: RunContext, runtime: ProcessStack) -> list[str]:
+    images = runtime.commands.images
+    assert images is not None
+    asked: tuple[tuple[Interpreter, str, str], ...] = (
+        ("engine", _ENGINE_PROBE, f"the engines' Python in {images.engine}"),
+        ("router", _ROUTER_PROBE, f"the router's Python in {images.router}"),
+    )
+    found = []
+    for interpreter, probe, what in asked:
+        done = runtime.ask_python(interpreter, probe, timeout_s=_IMAGE_PROBE_TIMEOUT_S)
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+            raise StackError(
+                f"{what} cannot import what it runs:\n{tail}",
+                hint="use an image with the stack's lock (its engine or router image), or set "
+                "slurm.container.engine_python / router_python to the Python in it that has it",
+            )
+        found.append(done.stdout.strip())
+    return found
+
+
+# An image's first start on a node imports it (enroot): minutes for an engine image.
+_IMAGE_PROBE_TIMEOUT_S = 1800.0
 
 
 def _default_pythons(context: RunContext, pythons: Pythons) -> bool:
