@@ -111,7 +111,7 @@ def _allocation_ended(context: RunContext) -> str | None:
 
 def _interrupted(context: RunContext) -> None:
     context.reporter.event(
-        EventLevel.FAILED, "interrupted: removing the stack's containers so nothing is left running"
+        EventLevel.FAILED, "interrupted: removing the stack's services so nothing is left running"
     )
     remove_hosts(context)
 

@@ -276,7 +276,7 @@ def test_ctrl_c_during_up_leaves_no_containers(
         "up", STACK, *overrides, after_line="wait-prefill-0: started", env=env
     )
     assert code == 130, stderr
-    assert "removing the stack's containers" in stderr
+    assert "removing the stack's services" in stderr
     assert project_states(root, "cpu-intr", "xpyd-cpu-intr") == []
 
 
