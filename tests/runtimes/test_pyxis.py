@@ -76,6 +76,10 @@ def pyxis_accepts(srun: list[str]) -> dict[str, str]:
     for name in found.get("container-env", "").split(",") if "container-env" in found else []:
         assert name, "pyxis: --container-env: invalid format (an empty name)"
     assert found.get("container-image", "x"), "pyxis: --container-image: argument required"
+    if "container-name" in found:
+        name, _, flag = found["container-name"].partition(":")
+        assert name, "pyxis: --container-name: empty name"
+        assert flag in ("", "auto", "create", "exec", "no_exec"), f"--container-name flag {flag}"
     return found
 
 
@@ -246,6 +250,8 @@ def test_refused_mounts_would_fail_in_pyxis_too() -> None:
         pyxis_accepts(["srun", "--container-mounts=data:/data"])
     with pytest.raises(AssertionError):
         pyxis_accepts(["srun", "--container-image=a", "--container-image=b"])
+    with pytest.raises(AssertionError):
+        pyxis_accepts(["srun", "--container-image=a", "--container-name=x:reuse"])
     with pytest.raises(SpecError):
         parse_spec(
             slurm_spec(slurm={"container": {**CONTAINER, "mounts": ["data:/data"]}}), source="t"
