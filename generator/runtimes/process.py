@@ -363,13 +363,9 @@ class ProcessStack:
     ) -> subprocess.CompletedProcess[str]:
         """``code`` run by the Python of ``interpreter``'s services, where they run: through
         the launcher, in their image where they have one (the Pythons check of `up`)."""
-        python = self.pythons.router if interpreter == "router" else self.pythons.engine
+        python = self.pythons.for_interpreter(interpreter)
         images = self.commands.images
-        image = (
-            None
-            if images is None
-            else (images.router if interpreter == "router" else images.engine)
-        )
+        image = images.for_interpreter(interpreter) if images else None
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
         return self.launcher.run(
             [str(python), "-c", code], env, self.root, timeout_s=timeout_s, image=image

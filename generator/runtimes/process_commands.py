@@ -16,7 +16,12 @@ from pathlib import Path
 from generator.errors import StackError
 from generator.runtimes.isolation import ContainerView, PidNamespace, view_command
 from generator.runtimes.process_state import MARKER_ENV
-from generator.serializers.process import SECRETS_DIR, ProcessProject, ProcessService
+from generator.serializers.process import (
+    SECRETS_DIR,
+    Interpreter,
+    ProcessProject,
+    ProcessService,
+)
 from generator.services.model import Secret
 from generator.spec import Isolation
 from generator.supervise import LOCK_DIR_ENV, PID_FILE_ENV, alone_options, watch_options
@@ -46,7 +51,10 @@ class Pythons:
     router: Path
 
     def of(self, service: ProcessService) -> Path:
-        return self.router if service.interpreter == "router" else self.engine
+        return self.for_interpreter(service.interpreter)
+
+    def for_interpreter(self, interpreter: Interpreter) -> Path:
+        return self.router if interpreter == "router" else self.engine
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,10 @@ class Images:
     router: str
 
     def of(self, service: ProcessService) -> str:
-        return self.router if service.interpreter == "router" else self.engine
+        return self.for_interpreter(service.interpreter)
+
+    def for_interpreter(self, interpreter: Interpreter) -> str:
+        return self.router if interpreter == "router" else self.engine
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ class SrunLauncher:
     def start(
         self, argv: list[str], env: dict[str, str], cwd: Path, log: int, *, image: str | None = None
     ) -> int:
-        command = self.step_command(argv, env, cwd, _step_name(self.project, env), image)
+        name = _step_name(self.project, env)
+        command = self.step_command(argv, env, cwd, name, image, named=True)
         return spawn_service(command, env, cwd, log)
 
     def run(
@@ -68,21 +69,25 @@ class SrunLauncher:
         stderr: int,
         image: str | None = None,
     ) -> subprocess.Popen[bytes]:
-        command = self.step_command(argv, env, cwd, self._oneoff, image)
+        command = self.step_command(argv, env, cwd, f"{self.project}:oneoff", image)
         return spawn(command, env, cwd, stdout=stdout, stderr=stderr)
 
     def step_command(
-        self, argv: list[str], env: dict[str, str], cwd: Path, name: str, image: str | None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        name: str,
+        image: str | None,
+        *,
+        named: bool = False,
     ) -> list[str]:
         """``argv`` as a step that sees its node's GPUs: slurmstepd sets CUDA_VISIBLE_DEVICES
         to all of them (same-node P/D needs the peer's GPUs for cuda_ipc), so the plan's
-        choice among them is put back inside the step."""
-        step = self._step(name, self.gpus, env, cwd, image, service=name != self._oneoff)
+        choice among them is put back inside the step. ``named``: a service's, whose
+        container is named after it."""
+        step = self._step(name, self.gpus, env, cwd, image, named=named)
         return [*step, *(_plan_gpus(env) if self.gpus else []), *argv]
-
-    @property
-    def _oneoff(self) -> str:
-        return f"{self.project}:oneoff"
 
     def _step(
         self,
@@ -92,7 +97,7 @@ class SrunLauncher:
         cwd: Path,
         image: str | None,
         *,
-        service: bool = False,
+        named: bool = False,
         reuse: bool = False,
     ) -> list[str]:
         """srun's options for a step: on its node, in ``image`` where one is given. A
@@ -103,7 +108,7 @@ class SrunLauncher:
             return step
         if self.container is None:
             raise TypeError(f"{name}: an image ({image}) for a launcher without containers")
-        owner = env.get("XPYD_SERVICE") if service or reuse else None
+        owner = env.get("XPYD_SERVICE") if named or reuse else None
         container = f"{self.project}-{owner}" if owner else None
         return [*step, *self.container.options(image, env, name=container, reuse=reuse)]
 

@@ -120,7 +120,7 @@ def _steps(
             name = f"{project.name}:{service.name}"  # as the runtime names a service's step
             steps[service.name] = (
                 service,
-                launcher.step_command(argv, env, workspace.root, name, image),
+                launcher.step_command(argv, env, workspace.root, name, image, named=True),
             )
     return steps
 

@@ -151,10 +151,10 @@ class _SlurmDriver:
         container = plan.slurm.container if plan.slurm else None
         pythons = _image_pythons(container) if container else plan_pythons(plan, workspace)
         images = _images(container)
+        pyxis = _pyxis(plan.model, container, workspace)
         stacks: dict[str, HostStack] = {}
         for process in rendered.processes:
             host = plan.host(process.host)
-            pyxis = _pyxis(plan.model, container, workspace)
             gpus = _gpus(plan, host.gpus)
             launcher = _launcher(job, host.name, process.name, gpus, pyxis)
             runtime = ProcessStack(
