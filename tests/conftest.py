@@ -44,6 +44,20 @@ def _pin_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XPYD_ROOT", str(ROOT))
 
 
+# The live tiers run as two xdist groups side by side (.ci/test: -n 2 --dist loadgroup): the
+# Slurm cluster lives in network namespaces of its own, so its tests share no port, address or
+# Docker engine with the rest, which must run one after another (fixed host ports, one engine).
+LIVE_GROUPS = {"slurm": "slurm", "docker": "host", "stack": "host"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((g for mark, g in LIVE_GROUPS.items() if item.get_closest_marker(mark)), None)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

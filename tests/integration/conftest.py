@@ -101,12 +101,28 @@ def workspace_copy(destination: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def scratch_root() -> Iterator[Path]:
-    """Variants live under .cache/ (same filesystem as the wheelhouse, for hard links)."""
-    base = ROOT / ".cache" / "test-workspaces"
+    """Variants live under .cache/ (same filesystem as the wheelhouse, for hard links), one
+    folder per xdist worker: the live tiers' two groups run side by side (tests/conftest.py)."""
+    base = ROOT / ".cache" / "test-workspaces" / os.environ.get("PYTEST_XDIST_WORKER", "main")
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     yield base
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_pythons(scratch_root: Path) -> list[str]:
+    """`up` flags naming the cpu engine's and router's Pythons, made once for the Slurm tests
+    (on a filesystem every node sees): the checkout's own where `env` made them, else made
+    in a copy here (the process-stack tests make theirs in another group, side by side)."""
+    names = ("engine-cpu", "router")
+    engine, router = (ROOT / f".cache/env/{name}/bin/python" for name in names)
+    if not (engine.exists() and router.exists()):
+        home = workspace_copy(scratch_root / "cpu-env")
+        made = cli("env", "cpu-slurm", root=home)
+        assert made.returncode == 0, made.stderr[-3000:]
+        engine, router = (home / f".cache/env/{name}/bin/python" for name in names)
+    return ["--python", str(engine), "--set", f"process.router_python={router}"]
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, cli, workspace_copy
+from tests.integration.conftest import workspace_copy
 from tests.integration.slurm_cluster import SlurmCluster
 from tests.integration.slurm_files import NodeResources
 from tests.integration.slurm_stacks import assert_nothing_left, client_env, slurm_cli
@@ -45,19 +45,6 @@ def copy(scratch_root: Path) -> Path:
     return workspace_copy(scratch_root / "slurm-end")
 
 
-@pytest.fixture(scope="module")
-def pythons(scratch_root: Path) -> list[str]:
-    for home in (ROOT, scratch_root / "process"):
-        engine, router = (home / f".cache/env/{n}/bin/python" for n in ("engine-cpu", "router"))
-        if engine.exists() and router.exists():
-            return ["--python", str(engine), "--set", f"process.router_python={router}"]
-    home = workspace_copy(scratch_root / "slurm-end-env")
-    made = cli("env", STACK, root=home)
-    assert made.returncode == 0, made.stderr[-3000:]
-    engine, router = (home / f".cache/env/{n}/bin/python" for n in ("engine-cpu", "router"))
-    return ["--python", str(engine), "--set", f"process.router_python={router}"]
-
-
 def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str, fix: str = _FIX) -> None:
     """`status` says ``ended`` (Slurm's state, how) in one line and exits 1; `down` says the
     job had ended and leaves nothing."""
@@ -76,7 +63,7 @@ def _status_and_down(cluster: SlurmCluster, copy: Path, ended: str, fix: str = _
 
 
 def test_a_job_its_time_limit_ends_fails_ups_wait_at_once_with_one_line(
-    cluster: SlurmCluster, copy: Path, pythons: list[str]
+    cluster: SlurmCluster, copy: Path, cpu_pythons: list[str]
 ) -> None:
     """Where the limit comes while `up` runs, `up` fails with Slurm's line whichever task ran
     then: a health wait (engines loading on 2 AMD EPYC cores: 167-173 s), or, on a host that
@@ -90,7 +77,9 @@ def test_a_job_its_time_limit_ends_fails_ups_wait_at_once_with_one_line(
     limit = ["--set", "slurm.time_limit_min=1", *bench]
     ended = "ended: TIMEOUT (its time limit, 00:01:00, ran out)"
     try:
-        up = slurm_cli(cluster, "up", STACK, *pythons, *limit, "--run-id", "end-timeout", root=copy)
+        up = slurm_cli(
+            cluster, "up", STACK, *cpu_pythons, *limit, "--run-id", "end-timeout", root=copy
+        )
         took_s = time.monotonic() - started
         if up.returncode == 0:
             print(f"[slurm-end] up passed in {took_s:.0f} s, before the time limit", flush=True)
@@ -144,9 +133,9 @@ def _up_ended_while_engines_load(
 
 
 def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
-    cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
+    cluster: SlurmCluster, copy: Path, cpu_pythons: list[str], tmp_path: Path
 ) -> None:
-    command = ["up", STACK, *pythons, "--run-id", "end-scancel"]
+    command = ["up", STACK, *cpu_pythons, "--run-id", "end-scancel"]
     job_id, code, stderr, took_s = _up_ended_while_engines_load(
         cluster, copy, command, lambda job: cluster.run("scancel", job), tmp_path / "up.err"
     )
@@ -159,14 +148,14 @@ def test_a_job_scancel_ends_fails_ups_wait_at_once_with_one_line(
 
 
 def test_a_node_that_goes_down_fails_ups_wait_at_once_with_one_line(
-    cluster: SlurmCluster, copy: Path, pythons: list[str], tmp_path: Path
+    cluster: SlurmCluster, copy: Path, cpu_pythons: list[str], tmp_path: Path
 ) -> None:
     """host-b's node set DOWN by an administrator (as slurmctld sets a node that stops
     answering, after SlurmdTimeout): Slurm ends the job (NODE_FAIL; it is not requeued), and
     `up` says so, naming the job's nodes, and where to read why."""
     node = cluster.nodes[1].name
     down = ["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=xpyd-test"]
-    command = ["up", STACK, *pythons, "--run-id", "end-node"]
+    command = ["up", STACK, *cpu_pythons, "--run-id", "end-node"]
     try:
         job_id, code, stderr, took_s = _up_ended_while_engines_load(
             cluster, copy, command, lambda _job: cluster.run(*down), tmp_path / "up.err"

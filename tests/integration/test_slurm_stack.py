@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import ROOT, cli, workspace_copy
+from tests.integration.conftest import ROOT, workspace_copy
 from tests.integration.slurm_cluster import SlurmCluster
 from tests.integration.slurm_files import NodeResources
 from tests.integration.slurm_stacks import assert_nothing_left, slurm_cli
@@ -54,27 +54,13 @@ def copy(scratch_root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pythons(scratch_root: Path) -> list[str]:
-    """The cpu Pythons on a filesystem every node sees: the process-stack tests' (they run
-    first and make them), else made here."""
-    home = scratch_root / "process"
-    engine, router = (home / f".cache/env/{name}/bin/python" for name in ("engine-cpu", "router"))
-    if not (engine.exists() and router.exists()):
-        home = workspace_copy(scratch_root / "slurm-env")
-        made = cli("env", STACK, root=home)
-        assert made.returncode == 0, made.stderr[-3000:]
-        engine, router = (home / f".cache/env/{n}/bin/python" for n in ("engine-cpu", "router"))
-    return ["--python", str(engine), "--set", f"process.router_python={router}"]
-
-
-@pytest.fixture(scope="module")
 def drilled(
-    cluster: SlurmCluster, copy: Path, pythons: list[str]
+    cluster: SlurmCluster, copy: Path, cpu_pythons: list[str]
 ) -> Iterator[subprocess.CompletedProcess[str]]:
     """The stack up in a job of its own (the drill brings it up first), then the decoder's
     command killed 8 s into the load."""
     fault = ["--fault", "kill:decode-0@8", "--fault-duration-s", "25", *OBSERVED]
-    result = slurm_cli(cluster, "drill", STACK, *pythons, *fault, "--run-id", RUN, root=copy)
+    result = slurm_cli(cluster, "drill", STACK, *cpu_pythons, *fault, "--run-id", RUN, root=copy)
     yield result
     slurm_cli(cluster, "down", STACK, root=copy)
 
@@ -117,7 +103,10 @@ def test_a_killed_decoder_step_comes_back_through_its_supervisor(
 
 
 def test_a_link_cut_between_the_nodes_heals_once_the_cut_ends(
-    cluster: SlurmCluster, copy: Path, pythons: list[str], drilled: subprocess.CompletedProcess[str]
+    cluster: SlurmCluster,
+    copy: Path,
+    cpu_pythons: list[str],
+    drilled: subprocess.CompletedProcess[str],
 ) -> None:
     """cut:host-a: each node drops what the other sends (nft, run as a step of the job on
     each node), so host-b's router loses the prefiller and the KV path for 10 s; once the
@@ -125,7 +114,7 @@ def test_a_link_cut_between_the_nodes_heals_once_the_cut_ends(
     assert drilled.returncode == 0, drilled.stdout[-3000:]
     run = f"{RUN}-cut"
     fault = ["--fault", "cut:host-a@8+10", "--fault-duration-s", "30", *OBSERVED]
-    result = slurm_cli(cluster, "drill", STACK, *pythons, *fault, "--run-id", run, root=copy)
+    result = slurm_cli(cluster, "drill", STACK, *cpu_pythons, *fault, "--run-id", run, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads((copy / "runs" / run / "fault.json").read_text())
     n1, n2 = (node.address for node in cluster.nodes)
@@ -181,14 +170,14 @@ def test_observe_asks_prometheus_on_its_node_from_the_login_node(
 def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     cluster: SlurmCluster,
     copy: Path,
-    pythons: list[str],
+    cpu_pythons: list[str],
     drilled: subprocess.CompletedProcess[str],
 ) -> None:
     """The P/D arm is the running stack; the colocated arm runs in its job once the P/D
     services are down; the bench then ends the job."""
     run_id = f"{RUN}-bench"
     bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id, *OBSERVED]
-    result = slurm_cli(cluster, "bench", STACK, *pythons, *bench, root=copy)
+    result = slurm_cli(cluster, "bench", STACK, *cpu_pythons, *bench, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((copy / "runs" / run_id / "bench.json").read_text())
     arms = {arm["arm"]: arm for arm in report["arms"]}
