@@ -6,10 +6,12 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Generator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from generator.paths import Workspace
 
@@ -44,18 +46,29 @@ def _pin_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XPYD_ROOT", str(ROOT))
 
 
-# The live tiers run as two xdist groups side by side (.ci/test: -n 2 --dist loadgroup): the
-# Slurm cluster lives in network namespaces of its own, so its tests share no port, address or
-# Docker engine with the rest, which must run one after another (fixed host ports, one engine).
-LIVE_GROUPS = {"slurm": "slurm", "docker": "host", "stack": "host"}
+class LiveGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+    """`--live-groups` (.ci/test: -n 2): the live tiers as two groups side by side, each on
+    its own worker, top to bottom. The Slurm cluster's tests (``test_slurm_*``) live in network
+    namespaces of their own, so they share no port, address or Docker engine with the rest,
+    which must run one after another (fixed host ports, one engine). xdist's own
+    ``--dist loadgroup`` would do this, but pytest 9.2's node ids no longer take its group
+    suffix (pytest-dev/pytest-xdist#1386): it silently spreads a group over both workers."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = PurePosixPath(nodeid.split("::", maxsplit=1)[0]).name
+        return "slurm" if module.startswith("test_slurm_") else "host"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        group = next((g for mark, g in LIVE_GROUPS.items() if item.get_closest_marker(mark)), None)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--live-groups",
+        action="store_true",
+        help="with -n 2: the Slurm tests on one worker, every other test on the other",
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LiveGroups | None:
+    return LiveGroups(config, log) if config.getoption("live_groups") else None
 
 
 @pytest.hookimpl(wrapper=True)
