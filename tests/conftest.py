@@ -55,8 +55,13 @@ class LiveGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
     suffix (pytest-dev/pytest-xdist#1386): it silently spreads a group over both workers."""
 
     def _split_scope(self, nodeid: str) -> str:
-        module = PurePosixPath(nodeid.split("::", maxsplit=1)[0]).name
-        return "slurm" if module.startswith("test_slurm_") else "host"
+        return live_group(nodeid)
+
+
+def live_group(nodeid: str) -> str:
+    """A live test's group by its module's name (xdist's scheduler sees node ids only)."""
+    module = PurePosixPath(nodeid.split("::", maxsplit=1)[0]).name
+    return "slurm" if module.startswith("test_slurm_") else "host"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
