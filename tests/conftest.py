@@ -48,27 +48,39 @@ def _pin_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class LiveGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
     """`--live-groups` (.ci/test: -n 2): the live tiers as two groups side by side, each on
-    its own worker, top to bottom. The Slurm cluster's tests (``test_slurm_*``) live in network
-    namespaces of their own, so they share no port, address or Docker engine with the rest,
-    which must run one after another (fixed host ports, one engine). xdist's own
-    ``--dist loadgroup`` would do this, but pytest 9.2's node ids no longer take its group
-    suffix (pytest-dev/pytest-xdist#1386): it silently spreads a group over both workers."""
+    its own worker, top to bottom (``live_group``). xdist's own ``--dist loadgroup`` would do
+    this, but pytest 9.2's node ids no longer take its group suffix
+    (pytest-dev/pytest-xdist#1386): it silently spreads a group over both workers."""
 
     def _split_scope(self, nodeid: str) -> str:
         return live_group(nodeid)
 
 
+# Modules whose tests live in network namespaces of their own: the Slurm cluster's
+# (tests/integration/slurm_cluster.py) and the test hosts' (tests/integration/hosts.py, each
+# with its own Docker engine). They share no port or address with the other live tests, which
+# run on this machine's engine at fixed host ports and so must run one after another. The test
+# hosts' modules stay together: each picks a free subnet for its hosts when it starts.
+NAMESPACED_MODULES = (
+    "test_slurm_",
+    "test_multihost_up.py",
+    "test_hosts.py",
+    "test_host_teardown.py",
+)
+
+
 def live_group(nodeid: str) -> str:
     """A live test's group by its module's name (xdist's scheduler sees node ids only)."""
     module = PurePosixPath(nodeid.split("::", maxsplit=1)[0]).name
-    return "slurm" if module.startswith("test_slurm_") else "host"
+    return "namespaces" if module.startswith(NAMESPACED_MODULES) else "host"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--live-groups",
         action="store_true",
-        help="with -n 2: the Slurm tests on one worker, every other test on the other",
+        help="with -n 2: the tests in network namespaces (Slurm, test hosts) on one worker, "
+        "the rest on the other",
     )
 
 
