@@ -6,33 +6,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, live_group
 
 # What puts a module's tests in namespaces of their own.
 NAMESPACE_MAKERS = ("netns_hosts", "running_hosts", "SlurmCluster", "slurm_cluster")
 
 
-def test_the_namespaced_modules_form_one_group_whatever_the_test() -> None:
-    ids = [
-        "tests/integration/test_slurm_stack.py::test_status_and_down",
-        "tests/integration/test_multihost_up.py::test_p2p_reuse_crosses_the_hosts",
-        "tests/integration/test_hosts.py::test_each_engine_answers_through_its_context",
-        "tests/integration/test_host_teardown.py::test_a_removed_test_host_leaves_nothing",
-        "tests/integration/test_slurm_cluster.py::test_a[request_options0-True]",
-        "tests/integration/test_slurm_job_end.py::test_time_limit",
-    ]
-    assert {live_group(nodeid) for nodeid in ids} == {"namespaces"}
-
-
-def test_every_other_live_module_shares_the_host_group() -> None:
-    ids = [
-        "tests/integration/test_cpu_stack.py::test_up",
-        "tests/integration/test_doctor_and_hosts.py::test_doctor_names_a_busy_port_and_fails",
-        "tests/kvprobe/test_kv_probe_live.py::test_probe",
+@pytest.mark.parametrize(
+    ("nodeid", "group"),
+    [
+        ("tests/integration/test_slurm_stack.py::test_status_and_down", "namespaces"),
+        ("tests/integration/test_slurm_cluster.py::test_a[request_options0-True]", "namespaces"),
+        ("tests/integration/test_slurm_job_end.py::test_time_limit", "namespaces"),
+        ("tests/integration/test_multihost_up.py::test_p2p_reuse", "namespaces"),
+        ("tests/integration/test_hosts.py::test_each_engine_answers", "namespaces"),
+        ("tests/integration/test_host_teardown.py::test_leaves_nothing", "namespaces"),
+        ("tests/integration/test_cpu_stack.py::test_up", "host"),
+        ("tests/integration/test_doctor_and_hosts.py::test_doctor_names_a_busy_port", "host"),
+        ("tests/kvprobe/test_kv_probe_live.py::test_probe", "host"),
         # a parameter that looks like a Slurm module names no module
-        "tests/integration/test_faults.py::test_x[test_slurm_stack.py]",
-    ]
-    assert {live_group(nodeid) for nodeid in ids} == {"host"}
+        ("tests/integration/test_faults.py::test_x[test_slurm_stack.py]", "host"),
+    ],
+)
+def test_a_live_test_s_group_is_its_module_s(nodeid: str, group: str) -> None:
+    assert live_group(nodeid) == group
 
 
 def test_every_module_that_makes_namespaces_is_in_their_group() -> None:
