@@ -56,31 +56,34 @@ class LiveGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
         return live_group(nodeid)
 
 
-# Modules whose tests live in network namespaces of their own: the Slurm cluster's
-# (tests/integration/slurm_cluster.py) and the test hosts' (tests/integration/hosts.py, each
-# with its own Docker engine). They share no port or address with the other live tests, which
-# run on this machine's engine at fixed host ports and so must run one after another. The test
-# hosts' modules stay together: each picks a free subnet for its hosts when it starts.
-NAMESPACED_MODULES = (
+# Modules whose tests share no host port and no Docker engine with the other live tests, which
+# run on this machine's engine at the stacks' fixed host ports and so one after another: the
+# Slurm cluster's and the test hosts' (network namespaces of their own: slurm_cluster.py,
+# hosts.py, each host with its own Docker engine) and the process stacks' (this machine's
+# network, on ports of their own: test_process_stacks.APART_PORTS). The test hosts' modules
+# stay together: each picks a free subnet for its hosts when it starts. The process stacks run
+# before the Slurm tests, which reuse the cpu Pythons they made (cpu_pythons).
+APART_MODULES = (
     "test_slurm_",
     "test_multihost_up.py",
     "test_hosts.py",
     "test_host_teardown.py",
+    "test_process_stacks.py",
 )
 
 
 def live_group(nodeid: str) -> str:
     """A live test's group by its module's name (xdist's scheduler sees node ids only)."""
     module = PurePosixPath(nodeid.split("::", maxsplit=1)[0]).name
-    return "namespaces" if module.startswith(NAMESPACED_MODULES) else "host"
+    return "apart" if module.startswith(APART_MODULES) else "host"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--live-groups",
         action="store_true",
-        help="with -n 2: the tests in network namespaces (Slurm, test hosts) on one worker, "
-        "the rest on the other",
+        help="with -n 2: the tests apart from this machine's Docker engine and its stacks' "
+        "host ports (Slurm, test hosts, process stacks) on one worker, the rest on the other",
     )
 
 

@@ -1,6 +1,7 @@
-"""The live tiers' two groups (.ci/test's --live-groups): the modules in network namespaces
-of their own (Slurm, the test hosts) on one worker, everything else, which shares host ports
-and one Docker engine, on the other."""
+"""The live tiers' two groups (.ci/test's --live-groups): the modules apart from this
+machine's Docker engine and its stacks' host ports (Slurm and the test hosts in network
+namespaces of their own, the process stacks on ports of their own) on one worker, everything
+else, which shares host ports and one Docker engine, on the other."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from generator.planner import make_plan
+from generator.stack import load_spec
 from tests.conftest import ROOT, live_group
+from tests.integration.test_cpu_stack import SHIFTED
+from tests.integration.test_doctor_and_hosts import TWO_HOSTS
+from tests.integration.test_process_stacks import OBSERVING
+from tests.integration.test_process_stacks import planned_ports as process_ports
 
 # What puts a module's tests in namespaces of their own.
 NAMESPACE_MAKERS = ("netns_hosts", "running_hosts", "SlurmCluster", "slurm_cluster")
@@ -17,12 +24,13 @@ NAMESPACE_MAKERS = ("netns_hosts", "running_hosts", "SlurmCluster", "slurm_clust
 @pytest.mark.parametrize(
     ("nodeid", "group"),
     [
-        ("tests/integration/test_slurm_stack.py::test_status_and_down", "namespaces"),
-        ("tests/integration/test_slurm_cluster.py::test_a[request_options0-True]", "namespaces"),
-        ("tests/integration/test_slurm_job_end.py::test_time_limit", "namespaces"),
-        ("tests/integration/test_multihost_up.py::test_p2p_reuse", "namespaces"),
-        ("tests/integration/test_hosts.py::test_each_engine_answers", "namespaces"),
-        ("tests/integration/test_host_teardown.py::test_leaves_nothing", "namespaces"),
+        ("tests/integration/test_slurm_stack.py::test_status_and_down", "apart"),
+        ("tests/integration/test_slurm_cluster.py::test_a[request_options0-True]", "apart"),
+        ("tests/integration/test_slurm_job_end.py::test_time_limit", "apart"),
+        ("tests/integration/test_multihost_up.py::test_p2p_reuse", "apart"),
+        ("tests/integration/test_hosts.py::test_each_engine_answers", "apart"),
+        ("tests/integration/test_host_teardown.py::test_leaves_nothing", "apart"),
+        ("tests/integration/test_process_stacks.py::test_ctrl_c_stops_every_process", "apart"),
         ("tests/integration/test_cpu_stack.py::test_up", "host"),
         ("tests/integration/test_doctor_and_hosts.py::test_doctor_names_a_busy_port", "host"),
         ("tests/kvprobe/test_kv_probe_live.py::test_probe", "host"),
@@ -42,4 +50,32 @@ def test_every_module_that_makes_namespaces_is_in_their_group() -> None:
     assert len(makers) >= 5  # the Slurm modules and the test hosts' three
     for path in makers:
         nodeid = f"{path.relative_to(ROOT).as_posix()}::test"
-        assert live_group(nodeid) == "namespaces", nodeid
+        assert live_group(nodeid) == "apart", nodeid
+
+
+def planned_ports(stack: str, assignments: list[str]) -> set[int]:
+    plan = make_plan(load_spec(ROOT / "stacks" / f"{stack}.yaml", assignments))
+    return {use.port for use in plan.ports}
+
+
+def host_group_ports() -> dict[int, str]:
+    """Every port the other group's stacks plan on this machine: each cpu stack as shipped and
+    the variants its tests bring up on ports of their own."""
+    variants = [(path.stem, []) for path in sorted((ROOT / "stacks").glob("cpu-*.yaml"))]
+    variants += [("cpu-1p1d", SHIFTED), ("cpu-1p1d", TWO_HOSTS)]
+    return {
+        port: f"{stack} {' '.join(changes)}".strip()
+        for stack, changes in variants
+        for port in planned_ports(stack, changes)
+    }
+
+
+@pytest.mark.parametrize("stack", ["cpu-1p1d", "cpu-lmcache-pd"])
+def test_the_process_stacks_share_no_port_with_the_other_group_s_stacks(stack: str) -> None:
+    """The process stacks run on this machine's network beside the compose stacks: a port of
+    both would fail whichever `up` came second (its preflight), or worse, reach the other."""
+    ours = process_ports(ROOT, stack, *OBSERVING)
+    assert len(ours) >= 8
+    theirs = host_group_ports()
+    shared = {port: theirs[port] for port in sorted(ours & theirs.keys())}
+    assert shared == {}

@@ -110,15 +110,22 @@ def scratch_root() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+# The process-stack tests' checkout copy in a worker's scratch root (test_process_stacks.py).
+PROCESS_COPY = "process"
+
+
 @pytest.fixture(scope="session")
 def cpu_pythons(scratch_root: Path) -> list[str]:
     """`up` flags naming the cpu engine's and router's Pythons, made once for the Slurm tests
-    (on a filesystem every node sees): the checkout's own where `env` made them, else made
-    in a copy here (the process-stack tests make theirs in another group, side by side)."""
+    (on a filesystem every node sees): the checkout's own where `env` made them, else those
+    the process-stack tests' first `up` made in their copy (same live group, run before them:
+    `env` finds them up to date), else made in a copy of their own."""
     names = ("engine-cpu", "router")
     engine, router = (ROOT / f".cache/env/{name}/bin/python" for name in names)
     if not (engine.exists() and router.exists()):
-        home = workspace_copy(scratch_root / "cpu-env")
+        home = scratch_root / PROCESS_COPY
+        if not home.is_dir():
+            home = workspace_copy(scratch_root / "cpu-env")
         made = cli("env", "cpu-slurm", root=home)
         assert made.returncode == 0, made.stderr[-3000:]
         engine, router = (home / f".cache/env/{name}/bin/python" for name in names)

@@ -25,25 +25,74 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.integration.conftest import cli, interrupt_cli, workspace_copy
+from generator.planner import make_plan
+from generator.stack import load_spec
+from generator.topologies import TOPOLOGIES
+from tests.integration.conftest import PROCESS_COPY, ROOT, cli, interrupt_cli, workspace_copy
 
 pytestmark = pytest.mark.stack
 RUN = f"proc-{int(time.time())}"
 # cpu-1p1d runs observed and traced: Prometheus as one more process, from PATH (Debian's
 # package in CI), and our OTLP receiver, which the engines and LMCache servers send spans to.
-OBSERVED = ["--set", "observe.enabled=true", "--set", "observe.traces=true"]
+OBSERVING = ["observe.enabled=true", "observe.traces=true"]
+# Every host port moved off the stacks' defaults: these stacks run on this machine's network
+# while the other live group's compose stacks hold the defaults (tests/conftest.py,
+# live_group); tests/test_live_groups.py checks that no planned port is shared.
+APART_PORTS = {
+    "router.port": 22000,
+    "ports.prefill_http": 22100,
+    "ports.decode_http": 22200,
+    "ports.decode_pd_init": 22300,
+    "ports.decode_pd_alloc": 22400,
+    "ports.proxy_notify": 22500,
+    "ports.nixl_telemetry": 22600,
+    "ports.nixl_side_channel": 22700,
+    "ports.lmcache_zmq": 22800,
+    "ports.lmcache_http": 23000,
+    "ports.lmcache_metrics": 23100,
+    "ports.lmcache_coordinator": 23200,
+    "ports.lmcache_p2p": 23300,
+    "ports.router_metrics": 23400,
+    "ports.prometheus": 23500,
+    "ports.grafana": 23600,
+    "ports.otel_collector": 23700,
+    "ports.otlp_receiver_http": 23800,
+}
+
+
+def set_flags(assignments: list[str]) -> list[str]:
+    return [flag for assignment in assignments for flag in ("--set", assignment)]
+
+
+OBSERVED = set_flags(OBSERVING)
 
 
 @pytest.fixture(scope="module")
 def copy(scratch_root: Path) -> Path:
-    return workspace_copy(scratch_root / "process")
+    return workspace_copy(scratch_root / PROCESS_COPY)
 
 
-@pytest.fixture(scope="module")
-def pythons() -> list[str]:
+def apart(stack: str) -> list[str]:
+    """APART_PORTS as the stack's assignments: less the bases only another topology reads
+    (the spec refuses a base its topology never uses)."""
+    kind = load_spec(ROOT / "stacks" / f"{stack}.yaml").topology
+    others = [unit for unit in TOPOLOGIES.values() if unit.kind is not kind]
+    foreign = {f"ports.{name}" for unit in others for name in unit.port_fields}
+    return [f"{key}={port}" for key, port in APART_PORTS.items() if key not in foreign]
+
+
+def on_processes(stack: str) -> list[str]:
     """The process runtime with its default Pythons (the copy's .cache/env/, both cpu stacks
-    share them): the first `up` makes them, the lmcache-pd one adds its CPU connector."""
-    return ["--runtime", "process"]
+    share them), on the ports of its own: the first `up` makes them, the lmcache-pd one adds
+    its CPU connector."""
+    return ["--runtime", "process", *set_flags(apart(stack))]
+
+
+def planned_ports(copy: Path, stack: str, *assignments: str) -> set[int]:
+    """Every host port the stack's plan takes under the process runtime, on the ports above."""
+    overrides = ["runtime=process", *apart(stack), *assignments]
+    plan = make_plan(load_spec(copy / f"stacks/{stack}.yaml", overrides))
+    return {use.port for use in plan.ports}
 
 
 def processes_of(copy: Path, project: str) -> list[psutil.Process]:
@@ -72,11 +121,13 @@ def port_free(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def nixl_mp_up(copy: Path, pythons: list[str]) -> Iterator[dict[str, object]]:
+def nixl_mp_up(copy: Path) -> Iterator[dict[str, object]]:
     if shutil.which("prometheus") is None:
         pytest.skip("no prometheus on PATH: apt-get install prometheus (.ci/setup --tests does)")
     run_id = f"{RUN}-1p1d"
-    result = cli("up", "cpu-1p1d", *pythons, *OBSERVED, "--run-id", run_id, root=copy)
+    result = cli(
+        "up", "cpu-1p1d", *on_processes("cpu-1p1d"), *OBSERVED, "--run-id", run_id, root=copy
+    )
     yield {"result": result, "run_id": run_id}
     cli("down", "cpu-1p1d", root=copy)
 
@@ -132,7 +183,8 @@ def test_observe_reads_the_process_stacks_prometheus_and_spans(
     assert lmcache
     assert {q["answer"] for q in lmcache} == {"data"}
     # Each series keeps its server's engine label (the receiver's one target serves both).
-    query = "http://127.0.0.1:9490/api/v1/query?query=lmcache_mp_l1_memory_usage_bytes"
+    prometheus = APART_PORTS["ports.prometheus"]
+    query = f"http://127.0.0.1:{prometheus}/api/v1/query?query=lmcache_mp_l1_memory_usage_bytes"
     with urllib.request.urlopen(query, timeout=10) as answer:
         series = json.load(answer)["data"]["result"]
     assert {s["metric"]["engine"] for s in series} == {"prefill-0", "decode-0"}
@@ -145,7 +197,7 @@ def test_observe_reads_the_process_stacks_prometheus_and_spans(
 def _observed_once_lmcache_pushed(copy: Path) -> dict[str, Any]:
     """`observe`'s report once the LMCache servers' pushes reached Prometheus: they push every
     10 s, and Prometheus scrapes the receiver every 5 s, so up to ~15 s after `up`."""
-    observed = ["--set", "runtime=process", *OBSERVED, "--json"]
+    observed = [*set_flags(["runtime=process", *apart("cpu-1p1d")]), *OBSERVED, "--json"]
     deadline = time.monotonic() + 60
     while True:
         result = cli("observe", "cpu-1p1d", *observed, root=copy)
@@ -158,12 +210,21 @@ def _observed_once_lmcache_pushed(copy: Path) -> dict[str, Any]:
 
 
 def test_a_killed_engine_is_restarted_by_its_supervisor_and_serves_again(
-    copy: Path, pythons: list[str], nixl_mp_up: dict[str, object]
+    copy: Path, nixl_mp_up: dict[str, object]
 ) -> None:
     """`bench --fault` on processes: no runtime policy here, the supervisor is the policy."""
     run_id = f"{RUN}-kill"
     fault = ["--fault", "kill:decode-0@5", "--fault-duration-s", "20"]
-    result = cli("bench", "cpu-1p1d", *pythons, *OBSERVED, *fault, "--run-id", run_id, root=copy)
+    result = cli(
+        "bench",
+        "cpu-1p1d",
+        *on_processes("cpu-1p1d"),
+        *OBSERVED,
+        *fault,
+        "--run-id",
+        run_id,
+        root=copy,
+    )
     report = copy / "runs" / run_id / "fault.md"
     said = report.read_text() if report.exists() else result.stdout[-3000:]
     assert result.returncode == 0, said + result.stderr[-3000:]
@@ -184,17 +245,21 @@ def test_down_leaves_nothing_running(copy: Path, nixl_mp_up: dict[str, object]) 
     down = cli("down", "cpu-1p1d", root=copy)
     assert down.returncode == 0, down.stderr
     assert processes_of(copy, "xpyd-cpu-1p1d") == []
-    assert all(port_free(port) for port in (7100, 7200, 6555, 6556, 30000, 9490, 4417, 4418))
+    taken = planned_ports(copy, "cpu-1p1d", *OBSERVING)
+    assert len(taken) >= 8  # engines, LMCache servers, router, Prometheus, OTLP receiver
+    assert [port for port in sorted(taken) if not port_free(port)] == []
     # Prometheus's series end with the stack, as a container's anonymous volume does.
     assert not (copy / ".cache/process/xpyd-cpu-1p1d/prometheus-data").exists()
     status = cli("status", "cpu-1p1d", root=copy)
     assert "running" not in status.stdout
 
 
-def test_cpu_lmcache_pd_passes_its_verdict_as_processes(copy: Path, pythons: list[str]) -> None:
+def test_cpu_lmcache_pd_passes_its_verdict_as_processes(copy: Path) -> None:
     run_id = f"{RUN}-lmcache-pd"
     try:
-        result = cli("up", "cpu-lmcache-pd", *pythons, "--run-id", run_id, root=copy)
+        result = cli(
+            "up", "cpu-lmcache-pd", *on_processes("cpu-lmcache-pd"), "--run-id", run_id, root=copy
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
         record = json.loads((copy / "runs" / run_id / "run.json").read_text())
         verdict = {row["check"]: row for row in record["results"]["smoke"]["rows"]}
@@ -204,10 +269,12 @@ def test_cpu_lmcache_pd_passes_its_verdict_as_processes(copy: Path, pythons: lis
     assert processes_of(copy, "xpyd-cpu-lmcache-pd") == []
 
 
-def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: list[str]) -> None:
+def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path) -> None:
     started = time.monotonic()
     broken = ["--set", 'decode.extra_args=["--no-such-vllm-flag"]', "--teardown-on-failure"]
-    result = cli("up", "cpu-1p1d", *pythons, *broken, "--run-id", f"{RUN}-dies", root=copy)
+    result = cli(
+        "up", "cpu-1p1d", *on_processes("cpu-1p1d"), *broken, "--run-id", f"{RUN}-dies", root=copy
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == 1
     # Its first restart ends the wait: not the 300 s health deadline, nor the 5 restarts'
@@ -219,16 +286,14 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path, pythons: lis
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure
 
 
-def test_bench_down_removes_an_arm_that_never_came_up(copy: Path, pythons: list[str]) -> None:
+def test_bench_down_removes_an_arm_that_never_came_up(copy: Path) -> None:
     """bench --down (and every baseline) removes what it started even when the arm failed
     before a verdict: a kept stack would go on holding the GPUs (or cores) it shares."""
     # An LMCache server that refuses its flags: it dies in seconds (an engine only after
     # vLLM's imports, a minute here), and what bench removes is the same.
     broken = ["--set", 'lmcache.server.extra_args=["--no-such-lmcache-flag"]', "--down"]
-    result = cli(
-        "bench", "cpu-1p1d", *pythons, *broken, "--num-prompts", "1", "--run-id", f"{RUN}-b",
-        root=copy,
-    )  # fmt: skip
+    flags = [*on_processes("cpu-1p1d"), *broken, "--num-prompts", "1", "--run-id", f"{RUN}-b"]
+    result = cli("bench", "cpu-1p1d", *flags, root=copy)
     assert result.returncode == 1, result.stdout[-2000:]
     assert "exited with 2) while we waited for it" in result.stderr  # its first restart
     assert "--no-such-lmcache-flag" in result.stderr  # LMCache's own complaint, from its log
@@ -236,12 +301,12 @@ def test_bench_down_removes_an_arm_that_never_came_up(copy: Path, pythons: list[
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # the other LMCache server too
 
 
-def test_ctrl_c_stops_every_process(copy: Path, pythons: list[str]) -> None:
+def test_ctrl_c_stops_every_process(copy: Path) -> None:
     env = {**os.environ, "XPYD_ROOT": str(copy), "NO_COLOR": "1", "CI": "1"}
+    flags = [*on_processes("cpu-1p1d"), "--run-id", f"{RUN}-int"]
     code, output = interrupt_cli(
-        "up", "cpu-1p1d", *pythons, "--run-id", f"{RUN}-int",
-        after_line="waiting for prefill-0", env=env, cwd=copy,
-    )  # fmt: skip
+        "up", "cpu-1p1d", *flags, after_line="waiting for prefill-0", env=env, cwd=copy
+    )
     assert code == 130, output[-3000:]
     assert "interrupted" in output
     assert processes_of(copy, "xpyd-cpu-1p1d") == []
