@@ -61,7 +61,9 @@ def planned_ports(stack: str, assignments: list[str]) -> set[int]:
 def host_group_ports() -> dict[int, str]:
     """Every port the other group's stacks plan on this machine: each cpu stack as shipped and
     the variants its tests bring up on ports of their own."""
-    variants = [(path.stem, []) for path in sorted((ROOT / "stacks").glob("cpu-*.yaml"))]
+    variants: list[tuple[str, list[str]]] = [
+        (path.stem, []) for path in sorted((ROOT / "stacks").glob("cpu-*.yaml"))
+    ]
     variants += [("cpu-1p1d", SHIFTED), ("cpu-1p1d", TWO_HOSTS)]
     return {
         port: f"{stack} {' '.join(changes)}".strip()
