@@ -6,7 +6,8 @@ Ctrl+C; and nothing left running after any of them.
 
 The stacks are rendered into a checkout copy (an `up --runtime process` renders the stack for
 host networking, which would change the committed compose files). The copy has no Pythons:
-its first `up` makes them (what `python -m generator env` does), later ones find them.
+its first `up` makes them (what `python -m generator env` does), later ones find them. They
+run on ports of their own (APART_PORTS), beside the compose stacks of the other live group.
 """
 
 from __future__ import annotations
