@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections import defaultdict
 from collections.abc import Generator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -89,6 +90,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LiveGroups | None:
     return LiveGroups(config, log) if config.getoption("live_groups") else None
+
+
+class LiveGroupClock:
+    """`--live-groups`: each group's busy time (its tests' setup, call and teardown) and its
+    modules', printed at the end: how far apart the two groups ended, and where each one's
+    time went (the groups are worth moving modules between only when far apart)."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[tuple[str, str], float] = defaultdict(float)  # (group, module)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        module = report.nodeid.split("::", maxsplit=1)[0]
+        self.seconds[live_group(report.nodeid), module] += report.duration
+
+    def lines(self) -> list[str]:
+        groups: defaultdict[str, float] = defaultdict(float)
+        for (group, _module), seconds in self.seconds.items():
+            groups[group] += seconds
+        busiest = sorted(self.seconds.items(), key=lambda item: -item[1])
+        lines = []
+        for group, total in sorted(groups.items(), key=lambda item: -item[1]):
+            lines.append(f"{total:6.0f} s  group {group}")
+            lines += [f"{s:6.0f} s    {module}" for (g, module), s in busiest if g == group]
+        return lines
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.seconds:
+            terminalreporter.write_sep("=", "live groups: seconds busy")
+            for line in self.lines():
+                terminalreporter.write_line(line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # On the controller only: it receives every worker's reports.
+    if config.getoption("live_groups") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(LiveGroupClock(), "live-group-clock")
 
 
 @pytest.hookimpl(wrapper=True)

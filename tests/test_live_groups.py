@@ -6,12 +6,13 @@ else, which shares host ports and one Docker engine, on the other."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from generator.planner import make_plan
 from generator.stack import load_spec
-from tests.conftest import ROOT, live_group
+from tests.conftest import ROOT, LiveGroupClock, live_group
 from tests.integration.test_cpu_stack import SHIFTED
 from tests.integration.test_doctor_and_hosts import TWO_HOSTS
 from tests.integration.test_process_stacks import OBSERVING
@@ -81,3 +82,25 @@ def test_the_process_stacks_share_no_port_with_the_other_group_s_stacks(stack: s
     theirs = host_group_ports()
     shared = {port: theirs[port] for port in sorted(ours & theirs.keys())}
     assert shared == {}
+
+
+def test_the_clock_sums_each_group_and_its_modules_busiest_first() -> None:
+    clock = LiveGroupClock()
+    reports: list[tuple[str, Literal["setup", "call", "teardown"], float]] = [
+        ("tests/integration/test_cpu_stack.py::test_up", "setup", 90.0),
+        ("tests/integration/test_cpu_stack.py::test_up", "call", 5.0),
+        ("tests/integration/test_faults.py::test_x", "call", 120.0),
+        ("tests/integration/test_slurm_stack.py::test_y", "setup", 200.0),
+        ("tests/integration/test_slurm_stack.py::test_y", "teardown", 10.0),
+    ]
+    for nodeid, when, seconds in reports:
+        report = pytest.TestReport(nodeid, ("", None, ""), {}, "passed", None, when, [])
+        report.duration = seconds
+        clock.pytest_runtest_logreport(report)
+    assert clock.lines() == [
+        "   215 s  group host",
+        "   120 s    tests/integration/test_faults.py",
+        "    95 s    tests/integration/test_cpu_stack.py",
+        "   210 s  group apart",
+        "   210 s    tests/integration/test_slurm_stack.py",
+    ]
