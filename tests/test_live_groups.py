@@ -10,13 +10,11 @@ from typing import Literal
 
 import pytest
 
-from generator.planner import make_plan
-from generator.stack import load_spec
 from tests.conftest import ROOT, LiveGroupClock, live_group
+from tests.integration.conftest import planned_ports
 from tests.integration.test_cpu_stack import SHIFTED
 from tests.integration.test_doctor_and_hosts import TWO_HOSTS
-from tests.integration.test_process_stacks import OBSERVING
-from tests.integration.test_process_stacks import planned_ports as process_ports
+from tests.integration.test_process_stacks import OBSERVING, process_ports
 
 # What puts a module's tests in namespaces of their own.
 NAMESPACE_MAKERS = ("netns_hosts", "running_hosts", "SlurmCluster", "slurm_cluster")
@@ -54,11 +52,6 @@ def test_every_module_that_makes_namespaces_is_in_their_group() -> None:
         assert live_group(nodeid) == "apart", nodeid
 
 
-def planned_ports(stack: str, assignments: list[str]) -> set[int]:
-    plan = make_plan(load_spec(ROOT / "stacks" / f"{stack}.yaml", assignments))
-    return {use.port for use in plan.ports}
-
-
 def host_group_ports() -> dict[int, str]:
     """Every port the other group's stacks plan on this machine: each cpu stack as shipped and
     the variants its tests bring up on ports of their own."""
@@ -69,7 +62,7 @@ def host_group_ports() -> dict[int, str]:
     return {
         port: f"{stack} {' '.join(changes)}".strip()
         for stack, changes in variants
-        for port in planned_ports(stack, changes)
+        for port in planned_ports(ROOT, stack, changes)
     }
 
 

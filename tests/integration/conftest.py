@@ -19,6 +19,8 @@ from typing import NoReturn
 import pytest
 
 from generator.docker import ComposeStack, ServiceState, docker_available
+from generator.planner import make_plan
+from generator.stack import load_spec
 from tests.conftest import cpu_1p1d_image
 from tests.integration.hosts import NetnsHosts, missing_tools, running_hosts
 from tests.integration.slurm_cluster import (
@@ -84,6 +86,17 @@ def project_states(root: Path, stack: str, project: str) -> list[ServiceState]:
     if not compose_file.exists():
         return []
     return ComposeStack(compose_file, project).ps()
+
+
+def set_flags(assignments: list[str]) -> list[str]:
+    """`--set` flags for spec assignments (``key=value``)."""
+    return [flag for assignment in assignments for flag in ("--set", assignment)]
+
+
+def planned_ports(root: Path, stack: str, overrides: list[str]) -> set[int]:
+    """Every host port the plan of the stack file under ``root`` takes, with ``overrides``."""
+    plan = make_plan(load_spec(root / "stacks" / f"{stack}.yaml", overrides))
+    return {use.port for use in plan.ports}
 
 
 def workspace_copy(destination: Path) -> Path:

@@ -28,7 +28,14 @@ from generator.probes.http import read_here
 from generator.render import render_stack
 from generator.stack import load_spec
 from tests.conftest import cpu_1p1d_image
-from tests.integration.conftest import ROOT, cli, interrupt_cli, project_states, workspace_copy
+from tests.integration.conftest import (
+    ROOT,
+    cli,
+    interrupt_cli,
+    project_states,
+    set_flags,
+    workspace_copy,
+)
 
 pytestmark = pytest.mark.stack
 STACK, PROJECT = "cpu-1p1d", "xpyd-cpu-1p1d"
@@ -45,10 +52,6 @@ SHIFTED = [
     "ports.decode_http=27200",
     "ports.lmcache_http=28090",
 ]
-
-
-def set_flags(assignments: list[str]) -> list[str]:
-    return [flag for assignment in assignments for flag in ("--set", assignment)]
 
 
 def test_port_taken_fails_before_anything_starts() -> None:

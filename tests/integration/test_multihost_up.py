@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from generator.docker import LOCAL, ComposeStack, DockerEndpoint
-from tests.integration.conftest import cli, workspace_copy
+from tests.integration.conftest import cli, set_flags, workspace_copy
 from tests.integration.hosts import NetnsHost, NetnsHosts
 
 pytestmark = pytest.mark.stack
@@ -38,7 +38,7 @@ def host_flags(a: NetnsHost, b: NetnsHost) -> list[str]:
         f"hosts.1.address={b.address}",
         f"hosts.1.docker.context={b.context}",
     ]
-    return [flag for assignment in assignments for flag in ("--set", assignment)]
+    return set_flags(assignments)
 
 
 def project_on(root: Path, host: NetnsHost, folder: str) -> ComposeStack:

@@ -26,10 +26,17 @@ from typing import Any
 import psutil
 import pytest
 
-from generator.planner import make_plan
 from generator.stack import load_spec
 from generator.topologies import TOPOLOGIES
-from tests.integration.conftest import PROCESS_COPY, ROOT, cli, interrupt_cli, workspace_copy
+from tests.integration.conftest import (
+    PROCESS_COPY,
+    ROOT,
+    cli,
+    interrupt_cli,
+    planned_ports,
+    set_flags,
+    workspace_copy,
+)
 
 pytestmark = pytest.mark.stack
 RUN = f"proc-{int(time.time())}"
@@ -61,10 +68,6 @@ APART_PORTS = {
 }
 
 
-def set_flags(assignments: list[str]) -> list[str]:
-    return [flag for assignment in assignments for flag in ("--set", assignment)]
-
-
 OBSERVED = set_flags(OBSERVING)
 
 
@@ -89,11 +92,9 @@ def on_processes(stack: str) -> list[str]:
     return ["--runtime", "process", *set_flags(apart(stack))]
 
 
-def planned_ports(copy: Path, stack: str, *assignments: str) -> set[int]:
+def process_ports(root: Path, stack: str, *assignments: str) -> set[int]:
     """Every host port the stack's plan takes under the process runtime, on the ports above."""
-    overrides = ["runtime=process", *apart(stack), *assignments]
-    plan = make_plan(load_spec(copy / f"stacks/{stack}.yaml", overrides))
-    return {use.port for use in plan.ports}
+    return planned_ports(root, stack, ["runtime=process", *apart(stack), *assignments])
 
 
 def processes_of(copy: Path, project: str) -> list[psutil.Process]:
@@ -246,7 +247,7 @@ def test_down_leaves_nothing_running(copy: Path, nixl_mp_up: dict[str, object]) 
     down = cli("down", "cpu-1p1d", root=copy)
     assert down.returncode == 0, down.stderr
     assert processes_of(copy, "xpyd-cpu-1p1d") == []
-    taken = planned_ports(copy, "cpu-1p1d", *OBSERVING)
+    taken = process_ports(copy, "cpu-1p1d", *OBSERVING)
     assert len(taken) >= 8  # engines, LMCache servers, router, Prometheus, OTLP receiver
     assert [port for port in sorted(taken) if not port_free(port)] == []
     # Prometheus's series end with the stack, as a container's anonymous volume does.
