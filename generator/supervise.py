@@ -5,6 +5,7 @@
     python3 /opt/xpyd/supervise.py --needs-registered URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --restarts-with URL [--restarts-with URL] SERVICE -- COMMAND...
     python3 generator/supervise.py --starts-alone-on gpu-0 --started-when URL SERVICE -- COMMAND...
+    python3 /opt/xpyd/supervise.py --serves-page PORT --ends-with URL SERVICE -- COMMAND...
     python3 /opt/xpyd/supervise.py --signal KILL|TERM|STOP|CONT SERVICE [--tree|--under]
 
 A server exits only when it is asked to. vLLM's API server exits 0 when its engine core dies,
@@ -66,6 +67,16 @@ met no peer, so a peer that ends or starts anew meanwhile leaves nothing stale. 
 H100: a prefiller restarted at once after a kill saw its decoder, which ended with the killed
 prefiller a second later, go, and ended itself; the pair started once more, 45 s later.
 
+With ``--serves-page PORT`` (each node of an engine over several hosts) it answers on that
+port, on every interface, for its command: ``/health`` 200 while a run of it lives (503
+between runs), ``/metrics`` with that run's ``process_start_time_seconds``. A headless vLLM
+node serves no page of its own, and a node whose peer died stays up without noticing (an idle
+leader kept answering /health 200 after its follower's SIGKILL; a follower outlived its
+leader: docs/facts.md). The engine's other nodes watch this page (``--ends-with``): a newer
+start or a page gone ends them too, and the group starts again together. The page says when
+the command started, not when vLLM serves: a leader waiting for its followers at the
+rendezvous has no page of vLLM's to watch yet.
+
 The last form is how `bench --fault` hurts a service from inside its container (`docker
 exec`), or beside its process (the process runtime names the PID record, ``$XPYD_PID_FILE``):
 it signals the supervised command (``--tree``: and every process under it, so that a
@@ -91,6 +102,7 @@ import contextlib
 import ctypes
 import fcntl
 import functools
+import http.server
 import json
 import math
 import os
@@ -126,6 +138,7 @@ __all__ = [
     "exit_code",
     "last_said",
     "main",
+    "page_options",
     "pid_file",
     "send",
     "watch_options",
@@ -446,6 +459,7 @@ def _parser(signal_mode: bool) -> argparse.ArgumentParser:
         parser.add_argument("--ends-with", type=_url, action="append", default=[])
         parser.add_argument("--starts-alone-on", type=_service_name, action="append", default=[])
         parser.add_argument("--started-when", type=_url)
+        parser.add_argument("--serves-page", type=_page_port)
     return parser
 
 
@@ -453,6 +467,12 @@ def _service_name(text: str) -> str:
     if not _SERVICE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is no service name (letters, digits, _.-)")
     return text
+
+
+def _page_port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
 
 
 def _restart_count(text: str) -> int:
@@ -489,6 +509,11 @@ def watch_options(
     registration = ["--needs-registered", registered_at] if registered_at else []
     peers = [part for url in restarts_with for part in ("--restarts-with", url)]
     return registration + peers + [part for url in ends_with for part in ("--ends-with", url)]
+
+
+def page_options(port: int | None) -> list[str]:
+    """The supervisor's own page of its command's start (``--serves-page``), as its options."""
+    return [] if port is None else ["--serves-page", str(port)]
 
 
 def alone_options(gpus: Sequence[int], started_when: str | None) -> list[str]:
@@ -532,7 +557,37 @@ def main(argv: list[str]) -> int:
             options.service, options.starts_alone_on, options.started_when
         )
     supervisor.watch_every_s = _watch_every_s()
+    if options.serves_page is not None:
+        try:
+            _serve_page(supervisor, options.serves_page)
+        except OSError as exc:
+            _say(f"{options.service}: cannot serve its page on port {options.serves_page}: {exc}")
+            return 2
     return supervisor.run()
+
+
+def _serve_page(supervisor: _Supervisor, port: int) -> None:
+    """Answers for the supervised command on ``port`` from a daemon thread (``--serves-page``)."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            started = supervisor.run_started
+            pages = {"/health": "ok\n", "/metrics": f"process_start_time_seconds {started}\n"}
+            body = pages.get(self.path)
+            code = 404 if body is None else 503 if started is None else 200
+            data = (body if body is not None and code == 200 else f"{code}\n").encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # a request a second from each peer's watch: not for the service's log
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Page)  # peers ask from their hosts
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 # --- the supervisor ----------------------------------------------------------------------
@@ -559,6 +614,7 @@ class _Supervisor:
         self.alone: _StartAlone | None = None  # the GPUs it starts on while no other engine does
         self.started_when: str | None = None  # its own page: 200 once a run serves
         self.held: _Held | None = None  # what this run holds of them
+        self.run_started: float | None = None  # the running command's start (--serves-page)
 
     def forward(self, signum: int, _: FrameType | None) -> None:
         self.asked.append(signum)
@@ -630,6 +686,7 @@ class _Supervisor:
             return 126 if isinstance(exc, PermissionError) else 127
         if self.asked:  # asked to stop while the command was starting
             child.send_signal(self.asked[-1])
+        self.run_started = time.time()
         self._write_record(child.pid)
         done = threading.Event()
         if self.alone is not None and self.held is not None:
@@ -644,6 +701,7 @@ class _Supervisor:
             watcher.start()
         _wait_unreaped(child)  # its PID, and so its group's id, stay its own meanwhile
         done.set()
+        self.run_started = None
         if self.held is not None:
             self.held.release()  # ended before it served: the next start may go
         with contextlib.suppress(OSError):
