@@ -44,6 +44,8 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
     # Host networking on GPUs (NIXL and RDMA advertise host addresses), across hosts (KV and
     # side channels must reach the other host's address) and where the runtime has no bridge
     # (local processes); a bridge for single-host cpu stacks in containers.
+    if pod_network:
+        _no_multinode_pods(spec)
     multi_host = len(spec.hosts) > 1
     runtime = runtime_kind(spec.runtime)
     gpu = spec.profile is Profile.GPU
@@ -59,7 +61,8 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
         spec, book, network, notices=topology.router_notices, pod_network=pod_network
     )
     http = _common_http_port(spec, book, slots) if router.discovers_pods() else None
-    views = (own_gpu_views(slots) if pod_network else gpu_views(slots)) if gpu else {}
+    nodes = [node for slot in slots for node in slot.nodes()]
+    views = (own_gpu_views(nodes) if pod_network else gpu_views(nodes)) if gpu else {}
     hosts = {host.name: host for host in spec.hosts}
     engines = [
         _plan_engine(
@@ -74,12 +77,19 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
         )
         for slot in slots
     ]
+    followers = [
+        _plan_follower(
+            spec, book, network, leader, slot, view=views.get(slot), hosts=hosts, topology=topology
+        )
+        for leader, placed in zip(engines, slots, strict=True)
+        for slot in placed.followers
+    ]
     settings = topology.plan_settings(spec, book)
     sidecars = settings.stack_sidecars() + tuple(
-        sidecar for engine in engines for sidecar in topology.sidecars(engine)
+        sidecar for engine in [*engines, *followers] for sidecar in topology.sidecars(engine)
     )
     observe = _plan_observe(spec, book)  # last: its ports never move another's
-    services = _services_by_host(engines, sidecars, router)
+    services = _services_by_host([*engines, *followers], sidecars, router)
     if observe is not None:
         services.setdefault(observe.host, []).extend(observe.services)
     plan = Plan(
@@ -101,6 +111,7 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
         hosts=tuple(_plan_host(host, services.get(host.name, [])) for host in spec.hosts),
         prefill=tuple(e for e in engines if e.role is Role.PREFILL),
         decode=tuple(e for e in engines if e.role is Role.DECODE),
+        followers=tuple(followers),
         router=router,
         sidecars=sidecars,
         ports=book.table(),
@@ -110,13 +121,25 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
     return plan.model_copy(update={"warnings": warnings})
 
 
+def _no_multinode_pods(spec: Spec) -> None:
+    for role in ("prefill", "decode"):
+        if getattr(spec, role).nodes > 1:
+            raise PlanError(
+                f"{role}.nodes",
+                "the Kubernetes export has no engines over several nodes yet (a LeaderWorkerSet "
+                "per engine is the plan: docs/kubernetes.md)",
+                fix=f"render it with {role}.nodes: 1, or run it under the slurm runtime",
+            )
+
+
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:
     """RDMA devices only where KV crosses hosts (or the spec asks): mapping /dev/infiniband
     into a container fails its creation on a host that has none."""
     if spec.networking.rdma is not None:
         return spec.networking.rdma
-    prefill_hosts = {slot.host for slot in slots if slot.role is Role.PREFILL}
-    decode_hosts = {slot.host for slot in slots if slot.role is Role.DECODE}
+    nodes = [node for slot in slots for node in slot.nodes()]  # an engine's ranks on each
+    prefill_hosts = {node.host for node in nodes if node.role is Role.PREFILL}
+    decode_hosts = {node.host for node in nodes if node.role is Role.DECODE}
     crosses = any(p != d for p in prefill_hosts for d in decode_hosts)
     return spec.profile is Profile.GPU and crosses
 
@@ -208,6 +231,64 @@ def _plan_engine(
         extra_env=dict(group.env),
         secret_env=tuple(group.secret_env),
         kv=kv,
+        nodes=group.nodes,
+        master_port=_claim_master(spec, book, slot, name) if group.nodes > 1 else None,
+        node_page=_claim_node_page(spec, book, slot.host, name) if group.nodes > 1 else None,
+    )
+
+
+def _claim_master(spec: Spec, book: PortBook, slot: Slot, name: str) -> int:
+    field = "ports.engine_master"
+    purpose = "torch.distributed rendezvous (its nodes' TP group)"
+    return book.claim_block(
+        slot.host, spec.ports.engine_master, 1, owner=name, purpose=purpose, field=field
+    )[0]
+
+
+def _claim_node_page(spec: Spec, book: PortBook, host: str, name: str) -> int:
+    purpose = "its supervisor's page (a node of an engine over several hosts)"
+    field = "ports.node_page"
+    return book.claim_block(
+        host, spec.ports.node_page, 1, owner=name, purpose=purpose, field=field
+    )[0]
+
+
+def _plan_follower(
+    spec: Spec,
+    book: PortBook,
+    network: Network,
+    leader: EnginePlan,
+    slot: Slot,
+    *,
+    view: GpuView | None,
+    hosts: dict[str, HostSpec],
+    topology: TopologyUnit,
+) -> EnginePlan:
+    """Node ``slot.node_rank`` of ``leader``'s engine: a headless vLLM on its own host with
+    its share of the TP ranks, and (nixl-mp) its own LMCache server, as each node needs one
+    (docs/facts.md, "One engine over two nodes")."""
+    name = f"{leader.name}-node{slot.node_rank}"
+    host = hosts[slot.host]
+    page = _claim_node_page(spec, book, slot.host, name)  # its vLLM serves no API
+    site = EngineSite(name, slot.role, slot.host, host.address, network, leader.tp)
+    gpu = spec.profile is Profile.GPU
+    return leader.model_copy(
+        update={
+            "name": name,
+            "host": slot.host,
+            "address": host.address,
+            "advertise_host": host.address if network == "host" else name,
+            "gpus": slot.devices if gpu else (),
+            "visible_gpus": view.visible if view else (),
+            "cuda_devices": view.selected if view else (),
+            "cpus": () if gpu else slot.devices,
+            "http_port": page,
+            "node_page": page,
+            "kv": topology.plan_engine(spec, book, site),
+            "node_rank": slot.node_rank,
+            "leader": leader.name,
+            "master_port": leader.master_port,
+        }
     )
 
 

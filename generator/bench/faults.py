@@ -180,8 +180,9 @@ def _is_loopback(address: str) -> bool:
 
 
 def _restarted_services(plan: Plan) -> list[str]:
-    """Engines, LMCache servers and the router: everything `up` starts."""
-    names = [engine.name for engine in plan.engines]
+    """Engines (each node of one over several hosts), LMCache servers and the router:
+    everything `up` starts."""
+    names = [engine.name for engine in (*plan.engines, *plan.followers)]
     return [*names, *(sidecar.service for sidecar in plan.sidecars), plan.router.service]
 
 

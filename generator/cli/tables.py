@@ -63,13 +63,14 @@ def _engines(plan: Plan) -> Table:
         columns.insert(3, "container sees (CUDA_VISIBLE_DEVICES)")
     for column in columns:
         table.add_column(column)
-    for engine in plan.engines:
-        ids = ",".join(map(str, engine.gpus or engine.cpus))
-        sees = [] if not engine.gpus else [_gpu_view(engine.visible_gpus, engine.cuda_devices)]
-        kv = engine.kv.describe()
-        table.add_row(
-            *_plain(engine.name, engine.host, ids, *sees, str(engine.tp), str(engine.http_port), kv)
-        )
+    for leader in plan.engines:
+        for engine in plan.nodes_of(leader):  # an engine over several hosts: each node
+            ids = ",".join(map(str, engine.gpus or engine.cpus))
+            sees = [] if not engine.gpus else [_gpu_view(engine.visible_gpus, engine.cuda_devices)]
+            kv = engine.kv.describe()
+            tp = str(engine.tp) if engine.nodes == 1 else f"{engine.tp} (node {engine.node_rank})"
+            http = "-" if engine.is_follower else str(engine.http_port)  # headless
+            table.add_row(*_plain(engine.name, engine.host, ids, *sees, tp, http, kv))
     return table
 
 

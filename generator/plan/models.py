@@ -155,10 +155,26 @@ class EnginePlan(Frozen):
     # Env vars taken from the shell that starts the engine (<role>.secret_env): names only.
     secret_env: tuple[str, ...] = Field((), exclude_if=lambda value: not value)
     kv: EngineKV  # the KV ports of its topology and role
+    # An engine over several hosts (<role>.nodes): how many, this process's node (0: the
+    # leader, which serves the API; a follower runs headless), a follower's leader, and the
+    # leader's torch.distributed rendezvous port (vLLM's --master-port, at its address). A
+    # follower's ``http_port`` is its supervisor's page (/health, /metrics with its vLLM's
+    # process_start_time_seconds): vLLM serves nothing there, and peers watch it there.
+    nodes: int = Field(1, exclude_if=lambda value: value == 1)
+    node_rank: int = Field(0, exclude_if=lambda value: value == 0)
+    leader: str | None = Field(None, exclude_if=lambda value: value is None)
+    master_port: int | None = Field(None, exclude_if=lambda value: value is None)
+    # Each node's supervisor page there (a follower's ``http_port`` too): the other nodes
+    # watch it, as a node whose peer died does not notice (docs/facts.md).
+    node_page: int | None = Field(None, exclude_if=lambda value: value is None)
 
     @property
     def url(self) -> str:
         return f"http://{self.advertise_host}:{self.http_port}"
+
+    @property
+    def is_follower(self) -> bool:
+        return self.leader is not None
 
 
 class HostPlan(Frozen):
@@ -195,6 +211,9 @@ class Plan(Frozen):
     hosts: tuple[HostPlan, ...]
     prefill: tuple[EnginePlan, ...]
     decode: tuple[EnginePlan, ...]
+    # The headless nodes of engines over several hosts (<role>.nodes), in engine order: each
+    # runs its share of its leader's TP ranks; routers, probes and the verdict see leaders only.
+    followers: tuple[EnginePlan, ...] = Field((), exclude_if=lambda value: not value)
     router: RouterPlan
     sidecars: tuple[SidecarPlan, ...] = ()
     ports: tuple[PortUse, ...]
@@ -212,6 +231,13 @@ class Plan(Frozen):
 
     def engines_on(self, host: str) -> tuple[EnginePlan, ...]:
         return tuple(engine for engine in self.engines if engine.host == host)
+
+    def nodes_of(self, engine: EnginePlan) -> tuple[EnginePlan, ...]:
+        """An engine's processes: itself, then its followers (engines over several hosts)."""
+        return (engine, *(f for f in self.followers if f.leader == engine.name))
+
+    def leader_of(self, follower: EnginePlan) -> EnginePlan:
+        return next(engine for engine in self.engines if engine.name == follower.leader)
 
     def kv_pairs(self) -> tuple[tuple[EnginePlan, EnginePlan], ...]:
         """Every (prefill, decode) pair that may swap KV: any router pairs any two."""
@@ -232,7 +258,7 @@ class Plan(Frozen):
     def kv_crosses_hosts(self) -> bool:
         """Whether some (prefill, decode) pair sits on two hosts: unless every engine is on
         one host (found without listing the pairs: there are prefill x decode of them)."""
-        hosts = {engine.host for engine in self.engines}
+        hosts = {engine.host for engine in (*self.engines, *self.followers)}
         return bool(self.prefill) and bool(self.decode) and len(hosts) > 1
 
     @property

@@ -8,6 +8,10 @@ takes the aligned block with the fewest engines on it, the first such in host or
 stack on one GPU puts both there); how much of each GPU every engine may take is checked by
 ``check_gpu_shares``. No host gets more than ``MAX_ENGINES_PER_HOST`` engines.
 
+An engine over several hosts (``<role>.nodes``) is placed as above with tp/nodes devices
+(its leader), then each further node on the next host in the spec's order (wrapping round),
+an aligned block of tp/nodes there.
+
 Placement is linear in engines and devices: devices are only ever taken, so a host or block
 found taken stays taken, and the least used shared block comes from a heap.
 """
@@ -43,6 +47,14 @@ class Slot:
     host: str
     devices: tuple[int, ...]
     http_port: int | None  # fixed by placement.<role>.http_ports, else None (auto)
+    # An engine over several hosts (<role>.nodes): this slot is its node ``node_rank``'s; the
+    # leader's (rank 0) lists the others' here, each on a host of its own.
+    node_rank: int = 0
+    followers: tuple[Slot, ...] = ()
+
+    def nodes(self) -> tuple[Slot, ...]:
+        """Every node of the engine, the leader first."""
+        return (self, *self.followers)
 
 
 class _Pool:
@@ -194,13 +206,37 @@ def place_engines(spec: Spec) -> list[Slot]:
         group = getattr(spec, role.value)
         explicit = getattr(spec.placement, role.value) if spec.placement else None
         for index in range(group.count):
-            slots.append(_place_one(spec, placer, role, index, explicit))
+            leader = _place_one(spec, placer, role, index, explicit)
+            slots.append(_place_followers(spec, placer, leader, group.nodes))
     _check_engines_per_host(spec, slots)
     return slots
 
 
+def _place_followers(spec: Spec, placer: _AutoPlacer, leader: Slot, nodes: int) -> Slot:
+    """Nodes 1.. of an engine over several hosts: each on the next host after the leader's
+    in the spec's order (wrapping round), an aligned block of tp/nodes devices there."""
+    if nodes == 1:
+        return leader
+    names = list(placer.by_host)
+    start = names.index(leader.host)
+    size = len(leader.devices)
+    name = f"{leader.role.value}-{leader.index}"
+    followers: list[Slot] = []
+    for rank in range(1, nodes):
+        host = names[(start + rank) % len(names)]
+        pool = placer.by_host[host]
+        devices = pool.take_aligned(size, f"{name} (node {rank})")
+        if devices is None:
+            raise _no_room(spec, {host: pool}, leader.role, size)
+        followers.append(Slot(leader.role, leader.index, host, devices, None, node_rank=rank))
+    return Slot(
+        leader.role, leader.index, leader.host, leader.devices, leader.http_port,
+        followers=tuple(followers),
+    )  # fmt: skip
+
+
 def _check_engines_per_host(spec: Spec, slots: list[Slot]) -> None:
-    engines = Counter(slot.host for slot in slots)
+    engines = Counter(node.host for slot in slots for node in slot.nodes())
     for position, host in enumerate(spec.hosts):
         if engines[host.name] > MAX_ENGINES_PER_HOST:
             raise PlanError(
@@ -265,7 +301,8 @@ def _place_one(
     spec: Spec, placer: _AutoPlacer, role: Role, index: int, explicit: GroupPlacement | None
 ) -> Slot:
     name = f"{role.value}-{index}"
-    size = getattr(spec, role.value).tp
+    group = getattr(spec, role.value)
+    size = group.tp // group.nodes  # each node's share of the TP ranks
     pools = placer.by_host
     if explicit is None:
         placed = placer.take(size, name)
@@ -309,11 +346,13 @@ def _no_room(spec: Spec, pools: dict[str, _Pool], role: Role, size: int) -> Plan
                 f"lists no {units}, so {role.value} engines have nowhere to run",
                 fix=f"list the {units} this stack may use, e.g. {field.split('.')[-1]}: [0, 1]",
             )
+        nodes = getattr(spec, role.value).nodes
+        per = "per engine" if nodes == 1 else f"per host of an engine ({role.value}.nodes {nodes})"
         return PlanError(
             f"{role.value}.tp",
-            f"{role.value} needs {size} {units} per engine but no host has more than {largest}; "
-            "tensor parallelism cannot span hosts",
-            fix=f"lower {role.value}.tp to at most {largest}, or add {units} to a host",
+            f"{role.value} needs {size} {units} {per} but no host has more than {largest}",
+            fix=f"lower {role.value}.tp, spread each engine over more hosts "
+            f"({role.value}.nodes, tp/nodes ranks on each), or add {units} to a host",
         )
     need = sum(getattr(spec, r).count * getattr(spec, r).tp for r in ("prefill", "decode"))
     have = sum(len(pool.devices) for pool in pools.values())

@@ -135,7 +135,10 @@ def span_senders(plan: Plan) -> list[str]:
         return []
     senders = [engine.name for engine in plan.engines]
     if lmcache_pushes_metrics(plan):
-        senders += [s.service for s in plan.sidecars if s.engine is not None]
+        # A follower's server (an engine over several hosts) only stores its rank's chunks:
+        # the requests it would trace go to its leader's.
+        leaders = set(senders)
+        senders += [s.service for s in plan.sidecars if s.engine in leaders]
     return senders
 
 

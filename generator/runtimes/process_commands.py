@@ -24,7 +24,13 @@ from generator.serializers.process import (
 )
 from generator.services.model import Secret
 from generator.spec import Isolation
-from generator.supervise import LOCK_DIR_ENV, PID_FILE_ENV, alone_options, watch_options
+from generator.supervise import (
+    LOCK_DIR_ENV,
+    PID_FILE_ENV,
+    alone_options,
+    page_options,
+    watch_options,
+)
 from generator.supervise import __file__ as SUPERVISOR  # standard library only: any Python
 
 __all__ = ["Images", "Pythons", "ServiceCommands"]
@@ -110,12 +116,14 @@ class ServiceCommands:
         if self.isolation is Isolation.CONTAINER and service.gpus:
             pid = PidNamespace.HOST if service.host_pid else PidNamespace.PRIVATE
             argv = view_command(ContainerView(gpus=service.gpus, pid=pid), argv)
-        if service.max_restarts:
-            # No runtime policy restarts a process: its supervisor does, and says so in its log.
+        if service.max_restarts or service.page_port is not None:
+            # No runtime policy restarts a process: its supervisor does, and says so in its log
+            # (a node of an engine over several hosts has one in any case: it serves its page).
             supervisor = [*self.executable(service, "python3"), SUPERVISOR]
             watch = watch_options(service.registered_at, service.restarts_with, service.ends_with)
             alone = alone_options(service.starts_alone_on, service.started_when)
-            policy = ["--restarts", str(service.max_restarts), *watch, *alone]
+            page = page_options(service.page_port)
+            policy = ["--restarts", str(service.max_restarts), *watch, *alone, *page]
             argv = [*supervisor, *policy, service.name, "--", *argv]
         return argv
 

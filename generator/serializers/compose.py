@@ -28,7 +28,7 @@ from generator.services.model import (
     watched_pages,
 )
 from generator.spec import GpuAccess
-from generator.supervise import alone_options, in_image_command, watch_options
+from generator.supervise import alone_options, in_image_command, page_options, watch_options
 
 __all__ = [
     "ComposeProject",
@@ -146,11 +146,12 @@ def _image(service: Service, root: PurePosixPath) -> dict[str, Any]:
 def _command(service: Service) -> list[str]:
     """A restarted service runs under the supervisor, which reports an exit nobody asked for
     as a failure: Docker's bounded policy (on-failure:N) restarts only those."""
-    if not service.max_restarts:
+    if not service.max_restarts and service.page_port is None:
         return list(service.command)
     watch = watch_options(service.registered_at, *watched_pages(service.restarts_with))
     alone = alone_options(service.starts_alone_on, service.started_when)
-    return in_image_command(service.name, service.command, [*watch, *alone])
+    page = page_options(service.page_port)
+    return in_image_command(service.name, service.command, [*watch, *alone, *page])
 
 
 def _runtime(service: Service) -> dict[str, Any]:

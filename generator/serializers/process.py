@@ -88,6 +88,7 @@ class ProcessService:
     ends_with: tuple[str, ...] = ()  # and those of the peers whose GPU memory it maps
     starts_alone_on: tuple[int, ...] = ()  # Service.starts_alone_on
     started_when: str | None = None  # Service.started_when
+    page_port: int | None = None  # Service.page_port: its supervisor's page there
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def _service(host: HostServices, service: Service) -> ProcessService:
         ends_with=ends_with,
         starts_alone_on=service.starts_alone_on,
         started_when=service.started_when,
+        page_port=service.page_port,
     )
 
 
@@ -265,4 +267,6 @@ def _supervision(service: ProcessService) -> dict[str, Any]:
         fields["starts_alone_on"] = list(service.starts_alone_on)
     if service.started_when is not None:
         fields["started_when"] = service.started_when
+    if service.page_port is not None:
+        fields["serves_page"] = service.page_port
     return fields

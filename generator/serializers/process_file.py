@@ -87,6 +87,7 @@ class _Service(_Strict):
         default_factory=list, max_length=_MANY
     )
     started_when: Url | None = None
+    serves_page: int | None = Field(None, ge=1, le=65535)
     paths: dict[ContainerPath, HostPath | None] = Field(default_factory=dict, max_length=_MANY)
 
 
@@ -160,4 +161,5 @@ def _service(name: str, fields: _Service) -> ProcessService:
         ends_with=tuple(fields.ends_with),
         starts_alone_on=tuple(fields.starts_alone_on),
         started_when=fields.started_when,
+        page_port=fields.serves_page,
     )

@@ -81,7 +81,7 @@ class _Groups:
     @classmethod
     def of(cls, plan: Plan) -> _Groups:
         groups = cls()
-        for engine in plan.engines:
+        for engine in (*plan.engines, *plan.followers):
             groups.engines.setdefault(engine.host, []).append(engine)
         for sidecar in plan.sidecars:
             groups.sidecars.setdefault(sidecar.engine, []).append(sidecar)

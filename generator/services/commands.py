@@ -15,13 +15,19 @@ from generator.topologies import block_size_of, cudagraph_mode_of, topology_of
 __all__ = ["engine_command"]
 
 _VLLM = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# Every node of an engine over several hosts: `vllm serve` runs a follower headless (the API
+# server's module has no such mode), and the leader as it was measured with its followers.
+_VLLM_SERVE = ["python3", "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
 def engine_command(plan: Plan, engine: EnginePlan) -> list[str]:
     model = plan.model
-    args = [*_VLLM, "--model", model.id, "--host", "0.0.0.0", "--port", str(engine.http_port)]
+    args = [*(_VLLM if engine.nodes == 1 else _VLLM_SERVE), "--model", model.id]
+    if not engine.is_follower:  # a headless follower serves no API
+        args += ["--host", "0.0.0.0", "--port", str(engine.http_port)]
     args += ["--served-model-name", model.served_name]
     args += ["--tensor-parallel-size", str(engine.tp), "--dtype", model.dtype]
+    args += _nodes_args(plan, engine)
     if model.max_model_len is not None:
         args += ["--max-model-len", str(model.max_model_len)]
     if engine.gpu_memory_utilization is not None:
@@ -37,3 +43,16 @@ def engine_command(plan: Plan, engine: EnginePlan) -> list[str]:
     if endpoint is not None:
         args += ["--otlp-traces-endpoint", endpoint]
     return [*args, *model.extra_args, *engine.extra_args]
+
+
+def _nodes_args(plan: Plan, engine: EnginePlan) -> list[str]:
+    """An engine over several hosts: vLLM's multi-node mp executor (its default there would be
+    Ray), every node meeting at the leader's rendezvous; a follower runs headless. Measured on
+    vLLM 0.32.0: docs/facts.md, "One engine over two nodes"."""
+    if engine.nodes == 1:
+        return []
+    leader = plan.leader_of(engine) if engine.is_follower else engine
+    args = ["--distributed-executor-backend", "mp", "--nnodes", str(engine.nodes)]
+    args += ["--node-rank", str(engine.node_rank), "--master-addr", leader.address]
+    args += ["--master-port", str(leader.master_port)]
+    return [*args, "--headless"] if engine.is_follower else args

@@ -233,6 +233,9 @@ class Service:
     # Its own readiness page, from its own network: where set, its peers (``restarts_with``)
     # are watched only once a run serves it, and its turn on ``starts_alone_on`` ends there.
     started_when: str | None = None
+    # Where its supervisor answers for its command (``--serves-page``: /health, /metrics with
+    # the run's start): each node of an engine over several hosts, which the others watch.
+    page_port: int | None = None
     stop_grace_s: int = 30
     logging: LogPolicy = LogPolicy()
 

@@ -97,6 +97,8 @@ def engine_service(
         engine.name, engine.host, engine.role.value, image, tuple(engine_command(plan, engine))
     )
     ports = [engine.http_port, *topology.engine_ports(engine)]
+    if engine.node_page is not None and engine.node_page != engine.http_port:
+        ports.append(engine.node_page)  # a leader's supervisor page, which its followers watch
     service = _identity(plan, _networked(plan, service, ports), engine.name)
     service = replace(
         _computing(plan, service, devices=engine.visible_gpus, cpus=engine.cpus, rdma=plan.rdma),
@@ -111,11 +113,12 @@ def engine_service(
     # where LMCache binds them).
     start = _START_PERIOD_S[plan.profile]
     health = python_health(engine.http_port, "/health", start, topology.engine_listening(engine))
-    # Up (/health) is not serving: as the workflow's engine wait, /v1/models must answer too.
-    health = replace(health, ready=HttpEndpoint(engine.http_port, "/v1/models"))
+    if not engine.is_follower:  # a follower's page is its supervisor's: up is all it says
+        # Up (/health) is not serving: as the workflow's engine wait, /v1/models must answer.
+        health = replace(health, ready=HttpEndpoint(engine.http_port, "/v1/models"))
     if sidecars is None:
         sidecars = [s for s in plan.sidecars if s.engine == engine.name]
-    peers = _peer_watches(plan, engine.name)
+    peers = _peer_watches(plan, engine.name) + _node_watches(plan, engine)
     service = replace(
         service,
         health=health,
@@ -128,6 +131,7 @@ def engine_service(
         # Its turn ends, and its peers are watched, once it serves (a run that has not served
         # met no peer: one ending meanwhile leaves nothing stale).
         started_when=f"{engine.url}/health" if alone or peers else None,
+        page_port=engine.node_page,
     )
     if not alone:
         return service
@@ -176,6 +180,30 @@ def _peer_watches(plan: Plan, name: str) -> tuple[PeerWatch, ...]:
         for peer in peers
         if peer in engines
     )
+
+
+def _node_watches(plan: Plan, engine: EnginePlan) -> tuple[PeerWatch, ...]:
+    """The nodes of an engine over several hosts end together: none notices its peer's death
+    (measured: docs/facts.md), and a new node cannot join the others' running group. The
+    leader watches each follower's supervisor page, each follower the leader's: a newer start
+    or a page gone ends it too, and its supervisor starts it again into a new group."""
+    if engine.nodes == 1:
+        return ()
+    leader = plan.leader_of(engine) if engine.is_follower else engine
+    peers = (leader,) if engine.is_follower else plan.nodes_of(engine)[1:]
+    return tuple(
+        PeerWatch(
+            peer.name, f"http://{_page_host(plan, peer)}:{peer.node_page}/metrics", gone_ends=True
+        )
+        for peer in peers
+        if peer.node_page is not None
+    )
+
+
+def _page_host(plan: Plan, node: EnginePlan) -> str:
+    """Where the other nodes reach a node's page: its host's address (engines over several
+    hosts run with host networking), its service's name on a bridge."""
+    return node.address if plan.network == "host" else node.name
 
 
 def lmcache_service(
@@ -295,6 +323,11 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, engine.cuda_devices))
     else:
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(cpu) for cpu in engine.cpus)
+    if engine.nodes > 1:
+        # Where the other nodes reach this node's message queues. vLLM guesses it from the
+        # default route, and a node without one says 0.0.0.0: measured under Slurm, the
+        # leader then waited for its follower forever after loading the weights.
+        env["VLLM_HOST_IP"] = engine.address
     env |= _nixl_idle_env(plan)
     return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
 

@@ -75,11 +75,13 @@ def _profile_settings(spec: Spec) -> Iterator[SpecIssue]:
         )
     for role in ("prefill", "decode"):
         group = getattr(spec, role)
-        if group.tp != 1:
+        if group.tp != group.nodes:
+            # One rank a host: vLLM's CPU build binds each rank's threads to the node's cores.
             yield SpecIssue(
                 f"{role}.tp",
-                "the cpu profile runs each engine on one pinned core, without tensor parallelism",
-                f"set {role}.tp: 1",
+                "the cpu profile runs one TP rank per host, on one pinned core: tp must equal "
+                f"{role}.nodes ({group.nodes})",
+                f"set {role}.tp: {group.nodes}",
             )
         if group.gpu_memory_utilization is not None:
             yield SpecIssue(
@@ -251,6 +253,35 @@ def _group_placement(
             )
 
 
+def _nodes(spec: Spec) -> Iterator[SpecIssue]:
+    """An engine over several hosts: its TP ranks split evenly, one host per node."""
+    for role, group in _groups(spec):
+        if group.nodes == 1:
+            continue
+        field = f"{role}.nodes"
+        if group.tp % group.nodes:
+            yield SpecIssue(
+                field,
+                f"{role}.tp {group.tp} does not split evenly over {group.nodes} hosts",
+                f"pick nodes that divides {role}.tp (each host runs tp/nodes ranks)",
+            )
+        if group.nodes > len(spec.hosts):
+            yield SpecIssue(
+                field,
+                f"spreads each {role} engine over {group.nodes} hosts, but the stack lists "
+                f"{len(spec.hosts)}",
+                f"list at least {group.nodes} hosts, or lower {field}",
+            )
+        placed = getattr(spec.placement, role) if spec.placement else None
+        if placed is not None and placed.gpus is not None:
+            yield SpecIssue(
+                f"placement.{role}.gpus",
+                f"names each engine's devices on one host, but {field} is {group.nodes}",
+                f"remove placement.{role}.gpus (each node takes an aligned block of "
+                f"tp/nodes devices), or set {field}: 1",
+            )
+
+
 # Grafana ships as a container image (a registry) or from Grafana's own apt source; a cpu
 # machine here has neither, only Debian's archive (which has Prometheus, not Grafana).
 GRAFANA_ON_CPU = (
@@ -290,6 +321,7 @@ _CHECKS: tuple[Check, ...] = (
     _docker_access,
     shared_engines,
     _placement,
+    _nodes,
     _owned_settings,
     _secret_env,
     _observe,

@@ -301,6 +301,13 @@ class ModelSpec(StrictModel):
 class GroupSpec(StrictModel):
     count: int = Field(1, ge=1, le=4096)
     tp: int = Field(1, ge=1, le=64, description="tensor parallel size")
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="hosts one engine spans (vLLM's --nnodes): its tp ranks split evenly, "
+        "tp/nodes on each; the first host's process serves the API, the others run headless",
+    )
     # Below 1% of a GPU (1.4 GB of an H200) no model's weights and KV cache fit: vLLM fails at
     # start with no memory left for KV blocks.
     gpu_memory_utilization: float | None = Field(None, ge=0.01, le=1)
@@ -554,6 +561,10 @@ class PortBases(StrictModel):
     grafana: Port = 3400
     otel_collector: Port = 4417  # OTLP over gRPC
     otlp_receiver_http: Port = 4418  # our OTLP receiver's /spans and /metrics (cpu, processes)
+    # <role>.nodes > 1: each engine's torch.distributed rendezvous on its leader's host (vLLM's
+    # --master-port; torch's own default is 29500), and each node's supervisor page.
+    engine_master: Port = 29600
+    node_page: Port = 7700
 
 
 class ObserveSpec(StrictModel):

@@ -54,15 +54,18 @@ def _engine_part(
     g: GraphBuilder, driver: RuntimeDriver, host: str, engines_built: Task, router_built: Task
 ) -> list[Task]:
     engines = g.plan.engines_on(host)
-    if not engines:
+    # Nodes of engines over several hosts start with the first wave; their leader's wait
+    # covers them (it serves only once every node joined).
+    followers = [f.name for f in g.plan.followers if f.host == host]
+    if not engines and not followers:
         return []
     ready = driver.deliver(g, host, [engines_built, router_built]) or engines_built
     ready = _sidecar_part(g, host, ready)
     limit = g.wait_limit_s(services.engine_deadline_s(g.plan))
     waits: list[Task] = []
     after: list[Task] = [ready]
-    for number, wave in enumerate(start_waves(g.plan, engines)):
-        names = [engine.name for engine in wave]
+    for number, wave in enumerate(start_waves(g.plan, engines) or [[]]):
+        names = [*(followers if number == 0 else []), *(engine.name for engine in wave)]
         started = g.add(
             g.on("start-engines" if number == 0 else f"start-engines-{number + 1}", host),
             services.start_services(host, names),

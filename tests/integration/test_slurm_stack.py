@@ -1,10 +1,13 @@
 """The slurm runtime for real, on a real Slurm cluster (tests/integration/slurm_cluster.py: a
-slurmctld and two slurmd, each node in a network namespace of its own): cpu-slurm's prefiller on
-one node, its decoder and vllm-router on the other, every service a job step; `up` submits the
-job, binds the hosts and passes its verdict with the KV crossing nodes; a fault drill kills the
-decoder's step command and its supervisor brings it back; status and logs from another shell;
-bench against the colocated baseline in the same job; and nothing left after: no job, no step,
-no process. Then every shipped GPU stack's job, judged by a real slurmctld with GPU gres.
+slurmctld and two slurmd, each node in a network namespace of its own): cpu-slurm with its
+prefiller's TP=2 spread over both nodes (`prefill.nodes=2`: the leader on host-a's node, a
+headless follower on host-b's beside the decoder and vllm-router, each node with its own
+`lmcache server`), every service a job step; `up` submits the job, binds the hosts and passes
+its verdict with the KV crossing nodes; a fault drill kills the follower's step command and
+the whole prefiller starts again (its nodes watch each other's supervisor pages); status and
+logs from another shell; bench against the colocated baseline in the same job; and nothing
+left after: no job, no step, no process. Then every shipped GPU stack's job, judged by a real
+slurmctld with GPU gres.
 
 Commands run as a login node's would: in the controller's network namespace, with SLURM_CONF.
 The two nodes share this machine's kernel, so UCX moves KV between them with cma (cross-memory
@@ -36,6 +39,8 @@ RUN = f"slurm-{int(time.time())}"
 # Observed and traced: Prometheus and our OTLP receiver steps on host-a's node, scraping and
 # receiving from both nodes, asked from the login node.
 OBSERVED = ["--set", "observe.enabled=true", "--set", "observe.traces=true"]
+# One engine over two nodes (docs/slurm.md), on every command that plans the stack.
+TWO_NODES = ["--set", "prefill.nodes=2", "--set", "prefill.tp=2", "--set", "cpu.share=true"]
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +62,10 @@ def copy(scratch_root: Path) -> Path:
 def drilled(
     cluster: SlurmCluster, copy: Path, cpu_pythons: list[str]
 ) -> Iterator[subprocess.CompletedProcess[str]]:
-    """The stack up in a job of its own (the drill brings it up first), then the decoder's
-    command killed 8 s into the load."""
-    fault = ["--fault", "kill:decode-0@8", "--fault-duration-s", "25", *OBSERVED]
+    """The stack up in a job of its own (the drill brings it up first), then the prefiller's
+    follower's command killed 8 s into the load."""
+    fault = ["--fault", "kill:prefill-0-node1@8", "--fault-duration-s", "60", *OBSERVED]
+    fault += TWO_NODES
     result = slurm_cli(cluster, "drill", STACK, *cpu_pythons, *fault, "--run-id", RUN, root=copy)
     yield result
     slurm_cli(cluster, "down", STACK, root=copy)
@@ -90,16 +96,30 @@ def test_up_binds_each_host_to_a_node_and_passes_with_kv_crossing_nodes(
         "host-a": n1,
         "host-b": n2,
     }
+    (leader,), (follower,) = plan["prefill"], plan["followers"]
+    assert (leader["address"], follower["address"]) == (n1, n2)  # one TP rank on each node
 
 
-def test_a_killed_decoder_step_comes_back_through_its_supervisor(
+def test_a_killed_follower_step_brings_the_whole_prefiller_back(
     copy: Path, drilled: subprocess.CompletedProcess[str]
 ) -> None:
+    """No node notices its peer's death (docs/facts.md): the leader sees the follower's
+    supervisor page give a new start and ends too; the follower, seeing the leader's new
+    start, once more; both come back and the verdict passes again."""
     assert drilled.returncode == 0, drilled.stdout[-3000:]
     fault = json.loads((copy / "runs" / RUN / "fault.json").read_text())
-    assert "sent SIGKILL to decode-0" in fault["injected"]
-    assert fault["summary"]["restarts"] == 1
+    assert "sent SIGKILL to prefill-0-node1" in fault["injected"]
+    assert fault["summary"]["restarts"] >= 1
     assert fault["verdict_after"] is True
+    plan = json.loads((copy / "compose" / STACK / "plan.json").read_text())
+    follower = plan["followers"][0]
+    page = f"http://{follower['address']}:{follower['node_page']}/metrics"
+    said = {
+        path.name: [line for line in path.read_text().splitlines() if line.startswith("xpyd: ")]
+        for path in sorted((copy / ".cache/process").glob("*/logs/prefill-0*.log"))
+    }
+    assert f"prefill-0 saw its peer at {page}" in str(said), said
+    assert "prefill-0 restarting (1 of" in str(said), said
 
 
 def test_a_link_cut_between_the_nodes_heals_once_the_cut_ends(
@@ -113,7 +133,7 @@ def test_a_link_cut_between_the_nodes_heals_once_the_cut_ends(
     rules are gone the stack serves again and passes its verdict, and no rule is left."""
     assert drilled.returncode == 0, drilled.stdout[-3000:]
     run = f"{RUN}-cut"
-    fault = ["--fault", "cut:host-a@8+10", "--fault-duration-s", "30", *OBSERVED]
+    fault = ["--fault", "cut:host-a@8+10", "--fault-duration-s", "30", *OBSERVED, *TWO_NODES]
     result = slurm_cli(cluster, "drill", STACK, *cpu_pythons, *fault, "--run-id", run, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads((copy / "runs" / run / "fault.json").read_text())
@@ -148,19 +168,17 @@ def test_observe_asks_prometheus_on_its_node_from_the_login_node(
 ) -> None:
     """Prometheus runs as a step on host-a's node and scrapes both nodes; `observe`, on the
     login node, finds it at the node's address from the stack's job record."""
-    result = slurm_cli(cluster, "observe", STACK, *OBSERVED, "--json", root=copy)
+    result = slurm_cli(cluster, "observe", STACK, *OBSERVED, *TWO_NODES, "--json", root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     report = json.loads(result.stdout)
     assert set(report["targets"].values()) == {"up"}
     assert {"vllm prefill-0", "vllm decode-0", "vllm-router router"} <= set(report["targets"])
     assert set(report["rules"].values()) == {"ok"}
-    # Spans from both nodes: the prefiller's on host-a's, the decoder's on host-b's.
-    assert set(report["spans"]) == {
-        "prefill-0",
-        "decode-0",
-        "lmcache-prefill-0",
-        "lmcache-decode-0",
-    }
+    # Spans from both nodes: the prefiller's on host-a's, the decoder's on host-b's (and
+    # maybe the follower's server's: it stores its rank's chunks).
+    assert {"prefill-0", "decode-0", "lmcache-prefill-0", "lmcache-decode-0"} <= set(
+        report["spans"]
+    )
     assert all(count > 0 for count in report["spans"].values()), report["spans"]
     status = slurm_cli(cluster, "status", STACK, root=copy)
     assert "prometheus" in status.stdout
@@ -177,6 +195,7 @@ def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     services are down; the bench then ends the job."""
     run_id = f"{RUN}-bench"
     bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id, *OBSERVED]
+    bench += TWO_NODES
     result = slurm_cli(cluster, "bench", STACK, *cpu_pythons, *bench, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((copy / "runs" / run_id / "bench.json").read_text())

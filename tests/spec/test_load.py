@@ -34,7 +34,7 @@ def test_missing_model() -> None:
 def test_unknown_key_lists_the_known_ones() -> None:
     text = issues_of(spec_dict(prefill={"count": 1, "tensor_parallel": 2}))
     assert "prefill.tensor_parallel: is not a known setting" in text
-    assert "count, env, extra_args, gpu_memory_utilization, secret_env, tp" in text
+    assert "count, env, extra_args, gpu_memory_utilization, nodes, secret_env, tp" in text
 
 
 def test_inline_token_is_refused_without_echoing_it() -> None:
@@ -101,7 +101,8 @@ def test_cpu_profile_settings() -> None:
     )
     text = issues_of(data)
     assert "networking.rdma: the cpu profile has no RDMA devices" in text
-    assert "prefill.tp: the cpu profile runs each engine on one pinned core" in text
+    assert "prefill.tp: the cpu profile runs one TP rank per host, on one pinned core: tp " in text
+    assert "fix: set prefill.tp: 1" in text
     assert "prefill.gpu_memory_utilization: has no meaning on the cpu profile" in text
 
 
@@ -129,7 +130,8 @@ def test_more_gpus_than_the_host_has() -> None:
 def test_tp_that_fits_no_host() -> None:
     error = plan_error(spec_dict(prefill={"tp": 8}, decode={"tp": 8}))
     assert error.field == "prefill.tp"
-    assert "no host has more than 4; tensor parallelism cannot span hosts" in str(error)
+    assert "prefill needs 8 GPUs per engine but no host has more than 4" in str(error)
+    assert "spread each engine over more hosts (prefill.nodes" in str(error)
 
 
 def test_gpu_profile_host_without_gpus() -> None:
