@@ -103,9 +103,11 @@ def test_up_binds_each_host_to_a_node_and_passes_with_kv_crossing_nodes(
 def test_a_killed_follower_step_brings_the_whole_prefiller_back(
     copy: Path, drilled: subprocess.CompletedProcess[str]
 ) -> None:
-    """No node notices its peer's death (docs/facts.md): the leader sees the follower's
-    supervisor page give a new start and ends too; the follower, seeing the leader's new
-    start, once more; both come back and the verdict passes again."""
+    """No node notices its peer's death while idle (docs/facts.md): the leader ends once it
+    sees the follower's supervisor page give a new start, or sooner when a request of the load
+    meets the dead rank and vLLM ends it (both seen in CI); the follower, seeing the leader's
+    new start, once more; both come back and the verdict passes again. (The watch alone:
+    tests/test_supervise_page.py.)"""
     assert drilled.returncode == 0, drilled.stdout[-3000:]
     fault = json.loads((copy / "runs" / RUN / "fault.json").read_text())
     assert "sent SIGKILL to prefill-0-node1" in fault["injected"]
@@ -118,8 +120,10 @@ def test_a_killed_follower_step_brings_the_whole_prefiller_back(
         path.name: [line for line in path.read_text().splitlines() if line.startswith("xpyd: ")]
         for path in sorted((copy / ".cache/process").glob("*/logs/prefill-0*.log"))
     }
-    assert f"prefill-0 saw its peer at {page}" in str(said), said
-    assert "prefill-0 restarting (1 of" in str(said), said
+    leader = said["prefill-0.log"]
+    ended = (f"prefill-0 saw its peer at {page}", "prefill-0 exited with")
+    assert any(why in line for line in leader for why in ended), said
+    assert any("prefill-0 restarting (1 of" in line for line in leader), said
 
 
 def test_a_link_cut_between_the_nodes_heals_once_the_cut_ends(
