@@ -14,6 +14,11 @@ from generator.topologies import block_size_of, cudagraph_mode_of, topology_of
 __all__ = ["engine_settings"]
 
 _DEFAULT = "vLLM's default"
+_GRAPH_MODES = {
+    "PIECEWISE": "CUDA graphs (piecewise: attention eager)",
+    "FULL_AND_PIECEWISE": "CUDA graphs (full_and_piecewise: vLLM's default)",
+    "NONE": "compiled, no CUDA graphs (cudagraph_mode NONE)",
+}
 _UCX_OPERATION = {"write": "push (the prefiller writes)", "read": "pull (the decoder reads)"}
 
 
@@ -29,8 +34,8 @@ def _one_engine(plan: Plan, engine: EnginePlan) -> dict[str, str]:
     args = (*plan.model.extra_args, *engine.extra_args)
     eager = "--enforce-eager" in args
     compiled = "CUDA graphs" if plan.profile is Profile.GPU else "compiled (vLLM CPU's default)"
-    if (mode := cudagraph_mode_of(plan, engine)) is not None:
-        compiled = f"CUDA graphs ({mode.lower()}: attention eager)" if mode == "PIECEWISE" else mode
+    if (mode := cudagraph_mode_of(plan, engine) or _chosen_graph_mode(args)) is not None:
+        compiled = _GRAPH_MODES.get(mode, f"CUDA graphs ({mode})")
     settings = {
         "execution": "eager (--enforce-eager)" if eager else compiled,
         "block size": str(block) if (block := block_size_of(plan)) is not None else _DEFAULT,
@@ -41,6 +46,14 @@ def _one_engine(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         share = engine.gpu_memory_utilization
         settings["GPU memory share"] = f"{share:g}" if share is not None else _DEFAULT
     return settings
+
+
+def _chosen_graph_mode(args: tuple[str, ...]) -> str | None:
+    """The CUDA graph mode the engine's own arguments set as one flag (either spelling)."""
+    for flag in ("-cc.cudagraph_mode", "--compilation-config.cudagraph_mode"):
+        if (mode := vllm_flag(args, flag)) is not None:
+            return mode.upper()
+    return None
 
 
 def _transfer(plan: Plan) -> str:

@@ -140,3 +140,18 @@ def test_lmcache_pd_on_gpus_runs_piecewise_cuda_graphs_unless_the_args_choose() 
         assert ours == [], theirs
     capture = _with_model_args(lmcache_gpu, "-cc.max_cudagraph_capture_size=64")
     assert _cudagraph_args(capture)[0] == ["-cc.cudagraph_mode=PIECEWISE"]
+
+
+@pytest.mark.parametrize(
+    ("theirs", "execution"),
+    [
+        (["-cc.cudagraph_mode=PIECEWISE"], "CUDA graphs (piecewise: attention eager)"),
+        (["--compilation-config.cudagraph_mode", "full_and_piecewise"], "vLLM's default"),
+        (["-cc.cudagraph_mode=FULL"], "CUDA graphs (FULL)"),
+        (["-cc.cudagraph_mode=NONE"], "no CUDA graphs"),
+    ],
+)
+def test_a_graph_mode_the_arguments_choose_is_named(theirs: list[str], execution: str) -> None:
+    """Two arms that differ only in their CUDA graph mode must not read the same."""
+    settings = engine_settings(make_plan(_with_model_args(_spec("xpyd-1gpu"), *theirs)))
+    assert execution in settings["execution"]

@@ -8,6 +8,7 @@
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR probe
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR idle
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR blocks
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR graphs
 #
 # STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
 # (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
@@ -42,6 +43,10 @@
 # `up` (the smoke verdict's KV rate), seed A's benchmark on the stack (P/D only), down. NIXL
 # moves one descriptor per block, layer and K or V, each costing about the same time whatever
 # its size (docs/facts.md), so larger blocks should move the same KV faster.
+# `graphs`: vLLM's CUDA graph mode (-cc.cudagraph_mode), for each of MODES (default "PIECEWISE
+# FULL_AND_PIECEWISE"): `up` (the smoke verdict; its run.json has each engine's time to ready,
+# graph capture included), seed A's benchmark on the stack (P/D only), down. Piecewise graphs
+# leave attention eager: what that costs the decoder's ITL against vLLM's default.
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 # The spec takes absolute paths; -s keeps a venv's python link (resolved, it leaves the venv).
@@ -103,6 +108,17 @@ if [ "$what" = blocks ]; then
         "$python" -m generator up "$stack" "${with[@]}" --run-id "gpu-blocks-$stack-$block-up" || status=1
         "$python" -m generator bench "$stack" "${with[@]}" --preset seed-xpyd \
             --run-id "gpu-blocks-$stack-$block-bench" || status=1
+        "$python" -m generator down "$stack"
+    done
+    exit "$status"
+fi
+if [ "$what" = graphs ]; then
+    for mode in ${MODES:-PIECEWISE FULL_AND_PIECEWISE}; do
+        args=$("$python" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1]) + ["-cc.cudagraph_mode=" + sys.argv[2]]))' "$extra" "$mode") || exit 2
+        with=("${settings[@]}" --set "prefill.extra_args=$args" --set "decode.extra_args=$args")
+        "$python" -m generator up "$stack" "${with[@]}" --run-id "gpu-graphs-$stack-$mode-up" || status=1
+        "$python" -m generator bench "$stack" "${with[@]}" --preset seed-xpyd \
+            --run-id "gpu-graphs-$stack-$mode-bench" || status=1
         "$python" -m generator down "$stack"
     done
     exit "$status"
