@@ -122,14 +122,13 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
 
 
 def _no_multinode_pods(spec: Spec) -> None:
-    for role in ("prefill", "decode"):
-        if getattr(spec, role).nodes > 1:
-            raise PlanError(
-                f"{role}.nodes",
-                "the Kubernetes export has no engines over several nodes yet (a LeaderWorkerSet "
-                "per engine is the plan: docs/kubernetes.md)",
-                fix=f"render it with {role}.nodes: 1, or run it under the slurm runtime",
-            )
+    for role in spec.multinode_roles:
+        raise PlanError(
+            f"{role}.nodes",
+            "the Kubernetes export has no engines over several nodes yet (a LeaderWorkerSet "
+            "per engine is the plan: docs/kubernetes.md)",
+            fix=f"render it with {role}.nodes: 1, or run it under the slurm runtime",
+        )
 
 
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:

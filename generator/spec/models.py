@@ -636,3 +636,8 @@ class Spec(StrictModel):
     @property
     def is_multi_host(self) -> bool:
         return len(self.hosts) > 1
+
+    @property
+    def multinode_roles(self) -> tuple[str, ...]:
+        """The roles whose engines each span several hosts (``nodes`` > 1)."""
+        return tuple(role for role in ("prefill", "decode") if getattr(self, role).nodes > 1)

@@ -74,16 +74,15 @@ class LMCachePD:
                 "TP rank's KV to the decoder rank of the same number, so the sizes must match",
                 f"set prefill.tp and decode.tp to the same value (e.g. both {d_tp})",
             )
-        for role in ("prefill", "decode"):
-            if getattr(spec, role).nodes > 1:
-                yield SpecIssue(
-                    f"{role}.nodes",
-                    "lmcache-pd sends each TP rank's KV to one host of the decoder "
-                    "(pd_peer_host) at that rank's ports; an engine over several hosts has "
-                    "not been run with it",
-                    f"set {role}.nodes: 1, or use topology: nixl-mp (measured with engines "
-                    "over two nodes)",
-                )
+        for role in spec.multinode_roles:
+            yield SpecIssue(
+                f"{role}.nodes",
+                "lmcache-pd sends each TP rank's KV to one host of the decoder "
+                "(pd_peer_host) at that rank's ports; an engine over several hosts has "
+                "not been run with it",
+                f"set {role}.nodes: 1, or use topology: nixl-mp (measured with engines "
+                "over two nodes)",
+            )
         yield from baseline_room(spec)
 
     def foreign_issues(self, spec: Spec) -> Iterator[SpecIssue]:

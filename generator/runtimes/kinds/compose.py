@@ -25,14 +25,13 @@ class _Compose:
         return False
 
     def check_spec(self, spec: Spec) -> Iterator[SpecIssue]:
-        for role in ("prefill", "decode"):
-            if getattr(spec, role).nodes > 1:
-                yield SpecIssue(
-                    f"{role}.nodes",
-                    "engines over several hosts have run under the slurm runtime only, not "
-                    "as compose projects",
-                    f"set runtime: slurm, or {role}.nodes: 1",
-                )
+        for role in spec.multinode_roles:
+            yield SpecIssue(
+                f"{role}.nodes",
+                "engines over several hosts have run under the slurm runtime only, not "
+                "as compose projects",
+                f"set runtime: slurm, or {role}.nodes: 1",
+            )
         if len(spec.hosts) < 2:
             return
         for index, host in enumerate(spec.hosts):
