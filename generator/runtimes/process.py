@@ -9,7 +9,8 @@ shell. Everything about a running project lives in its state folder (``.cache/pr
 ``state.json`` with what proves each group the service's (``process_state``), one log per
 service, its supervisor's PID record, exit status and restart count), so ``status``, ``logs``
 and ``down`` work from another shell; ``down`` ends whole groups (SIGTERM, then SIGKILL after
-the service's grace period), leaves nothing running and removes every file that named a
+the service's grace period, 5 s for one this stack started that never passed its health check:
+nothing of it is in flight), leaves nothing running and removes every file that named a
 process. Nothing in the state folder is written, replaced or removed through a link
 (``generator/owned.py``), and what is read back is bounded: ``status`` reads a log's tail.
 
@@ -84,6 +85,9 @@ __all__ = [
 HEALTH_EVERY_S = 5.0
 _HEALTH_TIMEOUT_S = 10.0
 _MAX_GRACE_S = 30.0
+# A service this stack started that never passed its health check has no request to finish:
+# vLLM, mid-start, lets a SIGTERM wait (measured on cpu: the whole 30 s grace of a Ctrl+C).
+_UNSERVED_GRACE_S = 5.0
 _DIGESTED_FILE_MAX_BYTES = 1 << 20  # configs are small; a larger file is read by size and time
 _EXECUTE_TIMEOUT_S = 60.0
 # The caller's Python environment must not leak into the services' own, nor a marker of its own.
@@ -132,6 +136,7 @@ class ProcessStack:
             project, root, pythons, isolation, self.state_dir, launcher.pins_cores, images
         )
         self._health: dict[str, tuple[float, bool, int]] = {}  # when, healthy, at restarts
+        self._unserved: set[str] = set()  # started here, health not yet passed since
 
     @property
     def project(self) -> str:
@@ -206,6 +211,8 @@ class ProcessStack:
         started = create_time(pid)  # our child: it stays (a zombie at worst) until reaped
         if started is None:
             raise StackError(f"{service.name} vanished as it started (pid {pid})")
+        if service.health:
+            self._unserved.add(service.name)
         return ServiceEntry(
             pid=pid, started=started, marker=marker, definition=self.commands.definition(service)
         )
@@ -292,6 +299,7 @@ class ProcessStack:
             checked = (time.monotonic(), self._check_health(service), restarts)
             self._health[name] = checked
         if checked[1]:
+            self._unserved.discard(name)
             return "healthy"
         return "starting"  # the waits bound how long "starting" may last
 
@@ -448,8 +456,12 @@ class ProcessStack:
         if running:  # a GPU peer stopped first is no crash to the services that map it
             write_text(self.root, self.state_dir / STOPPING_FILE, "down\n")
         for name in [*sorted(set(running) - set(order)), *reversed(order)]:
-            self.launcher.stop(name, running[name], _grace_s(self._plan, name))
+            grace_s = _grace_s(self._plan, name)
+            if name in self._unserved:
+                grace_s = min(grace_s, _UNSERVED_GRACE_S)
+            self.launcher.stop(name, running[name], grace_s)
         self._health.clear()
+        self._unserved.clear()
         remove_file(self.root, self.state_dir / STOPPING_FILE)
         names = {*running, *(s.name for s in self._plan.services)}
         for name in sorted(names):

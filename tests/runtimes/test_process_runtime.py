@@ -43,9 +43,10 @@ def http_service(name: str, port: int) -> ProcessService:
 
 
 def script_service(name: str, code: str, **fields: object) -> ProcessService:
+    fields = {"stop_grace_s": 2} | fields
     return ProcessService(
         name=name, role="decode", interpreter="engine", command=("python3", "-c", code), env={},
-        stop_grace_s=2, **fields,  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -325,3 +326,50 @@ def test_a_one_off_run_with_a_volume(tmp_path: Path) -> None:
     assert (results / "out.json").read_text() == "{}"  # the volume wins over the plan's path
     run.remove()
     assert stack.ps() == []
+
+
+_IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ignoring SIGTERM', flush=True); time.sleep(600)"
+)
+
+
+def test_down_stops_a_service_that_never_served_without_its_grace(tmp_path: Path) -> None:
+    """A Ctrl+C during `up`: an engine still starting holds no request to let finish, and
+    vLLM mid-start lets a SIGTERM wait, so its 30 s grace would be 30 s of nothing."""
+    never = script_service("never", _IGNORES_SIGTERM, health=("false",), stop_grace_s=30)
+    stack = ProcessStack(project(never), tmp_path, PYTHONS)
+    stack.up(["never"])
+    wait_for(lambda: "ignoring SIGTERM" in stack.logs("never"))
+    assert state_of(stack, "never")[:2] == ("running", "starting")
+    started = time.monotonic()
+    stack.down()
+    assert 4.0 <= time.monotonic() - started < 15.0  # SIGTERM, then SIGKILL after 5 s
+    assert stack.ps() == []
+
+
+def test_down_keeps_the_grace_of_a_service_that_served(tmp_path: Path) -> None:
+    served = script_service("served", _IGNORES_SIGTERM, health=("true",), stop_grace_s=8)
+    stack = ProcessStack(project(served), tmp_path, PYTHONS)
+    stack.up(["served"])
+    wait_for(lambda: "ignoring SIGTERM" in stack.logs("served"))
+    wait_for(lambda: state_of(stack, "served")[1] == "healthy")
+    started = time.monotonic()
+    stack.down()
+    assert time.monotonic() - started >= 8.0  # its grace, whole
+    assert stack.ps() == []
+
+
+def test_down_from_another_shell_keeps_every_grace(tmp_path: Path) -> None:
+    """Only the stack that started a service knows it never served: another shell's `down`
+    cannot tell a starting engine from one serving requests."""
+    never = script_service("never", _IGNORES_SIGTERM, health=("false",), stop_grace_s=8)
+    made = written_project(tmp_path, never)
+    starter = ProcessStack(made, tmp_path, PYTHONS)
+    starter.up(["never"])
+    wait_for(lambda: "ignoring SIGTERM" in starter.logs("never"))
+    other = rendered_process_stack(tmp_path / made.plan_file, tmp_path, PYTHONS, Isolation.PLAIN)
+    started = time.monotonic()
+    other.down()
+    assert time.monotonic() - started >= 8.0
+    assert other.ps() == []
