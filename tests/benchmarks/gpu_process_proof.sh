@@ -75,6 +75,15 @@ settings=(
 [ -n "${ROUTER_ARGS:-}" ] && settings+=(--set "router.extra_args=$ROUTER_ARGS")
 [ -n "${ENGINE_ENV:-}" ] && settings+=(--set "prefill.env=$ENGINE_ENV" --set "decode.env=$ENGINE_ENV")
 status=0
+# One point of a sweep (blocks, graphs): `up` (the smoke verdict), seed A's benchmark on the
+# stack (P/D only), down. $1: the run ids' stem; the rest: the settings.
+sweep_point() {
+    local id=$1
+    shift
+    "$python" -m generator up "$stack" "$@" --run-id "$id-up" || status=1
+    "$python" -m generator bench "$stack" "$@" --preset seed-xpyd --run-id "$id-bench" || status=1
+    "$python" -m generator down "$stack"
+}
 if [ "$what" = probe ]; then
     probe=generator/kvprobe/nixl_kv_probe.py port=5790
     for threads in 0 4; do
@@ -104,22 +113,15 @@ if [ "$what" = idle ]; then
 fi
 if [ "$what" = blocks ]; then
     for block in ${BLOCKS:-16 64 128}; do
-        with=("${settings[@]}" --set "model.block_size=$block")
-        "$python" -m generator up "$stack" "${with[@]}" --run-id "gpu-blocks-$stack-$block-up" || status=1
-        "$python" -m generator bench "$stack" "${with[@]}" --preset seed-xpyd \
-            --run-id "gpu-blocks-$stack-$block-bench" || status=1
-        "$python" -m generator down "$stack"
+        sweep_point "gpu-blocks-$stack-$block" "${settings[@]}" --set "model.block_size=$block"
     done
     exit "$status"
 fi
 if [ "$what" = graphs ]; then
     for mode in ${MODES:-PIECEWISE FULL_AND_PIECEWISE}; do
         args=$("$python" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1]) + ["-cc.cudagraph_mode=" + sys.argv[2]]))' "$extra" "$mode") || exit 2
-        with=("${settings[@]}" --set "prefill.extra_args=$args" --set "decode.extra_args=$args")
-        "$python" -m generator up "$stack" "${with[@]}" --run-id "gpu-graphs-$stack-$mode-up" || status=1
-        "$python" -m generator bench "$stack" "${with[@]}" --preset seed-xpyd \
-            --run-id "gpu-graphs-$stack-$mode-bench" || status=1
-        "$python" -m generator down "$stack"
+        sweep_point "gpu-graphs-$stack-$mode" "${settings[@]}" \
+            --set "prefill.extra_args=$args" --set "decode.extra_args=$args"
     done
     exit "$status"
 fi
