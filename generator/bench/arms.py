@@ -200,10 +200,13 @@ def _run_point(context: RunContext, index: int, point: LoadPoint, timeout_s: flo
         cache = read_cache_counters(client, plan) - cache_before
         times = read_engine_times(client, plan, disaggregated=moves_kv) - times_before
     result = read_point(path, point.label, point.settings, engines, kv, cache=cache)
-    result = replace(
-        result,
-        ttft_parts=ttft_parts(result.metrics.get("mean_ttft_ms"), times, result.kv_ms_per_request),
+    parts = ttft_parts(
+        result.metrics.get("mean_ttft_ms"),
+        times,
+        result.kv_ms_per_request,
+        first_token_from_prefiller=topology_of(plan).router_protocol == "lmcache-pd",
     )
+    result = replace(result, ttft_parts=parts)
     context.progress(f"{plan.stack}: {point.label}: {_headline(result)}")
     return result
 

@@ -9,13 +9,18 @@ requests (the prefiller's for one token, the decoder's for the rest) and what ne
 saw: the router, HTTP and streaming the first token back ("the rest").
 
 Routers order the two requests differently. Our proxy (lmcache-pd) asks the decoder after the
-prefiller answered: the parts follow one another. vllm-router's P/D mode (nixl-mp, NIXL pushing
-into the decoder's blocks) sends both at once: the decoder's request waits unscheduled (vLLM's
-WAITING_FOR_REMOTE_KVS) through the prefiller's whole request, so the client's TTFT is the
-decoder's TTFT and the rest, and what the decoder waited beyond the prefiller's request is the
-KV's arrival. Which of the two happened is read from the times themselves: the requests
-overlapped when the decoder's mean queue time is at least the prefiller's mean request time.
-NIXL's own transfer time (the KV counters) is shown beside the decoder's wait.
+prefiller answered and its KV-sent notices came, and sends the client the prefiller's first
+token as soon as the decoder's answer starts (LMCache's P/D protocol: the first token is the
+prefiller's): the client's TTFT is the prefiller's request and the rest, and the decoder's
+queue (its KV load) and first token come after it, in the wait for the second token (measured
+on an H200: counted in the TTFT, they left a rest of -23.8 ms). vllm-router's P/D mode (nixl-
+mp, NIXL pushing into the decoder's blocks) sends both at once: the decoder's request waits
+unscheduled (vLLM's WAITING_FOR_REMOTE_KVS) through the prefiller's whole request, so the
+client's TTFT is the decoder's TTFT and the rest, and what the decoder waited beyond the
+prefiller's request is the KV's arrival. Which of the two happened is read from the times
+themselves: the requests overlapped when the decoder's mean queue time is at least the
+prefiller's mean request time. NIXL's own transfer time (the KV counters) is shown beside the
+decoder's wait.
 
 On a nixl-mp prefiller the store of the prompt's KV into its LMCache server runs inside the
 forward pass, so it is in the prefill time. Means over the run's requests; a per-request split
@@ -97,9 +102,15 @@ def read_engine_times(client: ProbeClient, plan: Plan, *, disaggregated: bool) -
 
 
 def ttft_parts(
-    client_ttft_ms: float | None, times: EngineTimes, kv_ms_per_request: float | None
+    client_ttft_ms: float | None,
+    times: EngineTimes,
+    kv_ms_per_request: float | None,
+    *,
+    first_token_from_prefiller: bool = False,
 ) -> list[TtftPart]:
-    """The client's mean TTFT and its parts (none when the engines timed no request)."""
+    """The client's mean TTFT and its parts (none when the engines timed no request).
+    ``first_token_from_prefiller``: the router answers with the prefiller's token first
+    (lmcache-pd's proxy, see above)."""
     prefill, decode = times.prefill, times.decode
     if client_ttft_ms is None or not prefill.e2e.count:
         return []
@@ -114,6 +125,8 @@ def ttft_parts(
     )
     client = TtftPart("TTFT (client's mean)", client_ttft_ms, _SOURCE_CLIENT)
     prefiller = _engine_parts("prefiller", prefill, prefill.e2e)
+    if first_token_from_prefiller:
+        return [client, *prefiller, _rest(client_ttft_ms, [prefill.e2e]), *_after_first(decode)]
     overlap = _overlap(prefill, decode)
     if overlap is None:
         return [
@@ -143,6 +156,15 @@ def ttft_parts(
         TtftPart("decoder: first token", first, f"vLLM {_PREFILL}"),
         TtftPart("decoder: API and output", api, f"vLLM {_TTFT}"),
         _rest(client_ttft_ms, [decode.ttft]),
+    ]
+
+
+def _after_first(decode: RoleTimes) -> list[TtftPart]:
+    """The decoder's share of the wait for the second token, not of the TTFT."""
+    after = "decoder, after the client's first token"
+    return [
+        TtftPart(f"{after}: queue and KV load", decode.queue.mean_ms, f"vLLM {_QUEUE}"),
+        TtftPart(f"{after}: its first token", decode.prefill.mean_ms, f"vLLM {_PREFILL}"),
     ]
 
 

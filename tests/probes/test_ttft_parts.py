@@ -94,3 +94,23 @@ def test_a_router_that_sends_both_requests_at_once_is_split_along_the_decoder() 
         "router, HTTP and streaming (the rest)",
     ]
     assert sum(parts[name] or 0.0 for name in along) == pytest.approx(423.4)
+
+
+def test_the_prefillers_first_token_ends_the_ttft_and_the_decoder_comes_after() -> None:
+    """The means of an lmcache-pd run on one H200: our proxy sends the prefiller's token first,
+    once the decoder's answer starts; counted in the TTFT, the decoder's parts left a rest of
+    -23.8 ms."""
+    prefill = role(0.0, 359.0, 360.0, 377.3, count=30)
+    decode = role(0.0, 47.3, 58.5, 2400, count=30)
+    times = EngineTimes(prefill, decode)
+    sequential = {p.part: p.mean_ms for p in ttft_parts(412.1, times, 1.5)}
+    assert sequential["router, HTTP and streaming (the rest)"] == pytest.approx(-23.8, abs=0.15)
+    parts = {
+        p.part: p.mean_ms for p in ttft_parts(412.1, times, 1.5, first_token_from_prefiller=True)
+    }
+    assert parts["router, HTTP and streaming (the rest)"] == pytest.approx(34.8)  # 412.1-377.3
+    summed = [name for name in parts if name.startswith(("prefiller", "router"))]
+    assert sum(parts[name] or 0.0 for name in summed) == pytest.approx(412.1)
+    after = "decoder, after the client's first token"
+    assert parts[f"{after}: its first token"] == pytest.approx(47.3)
+    assert not any(name.startswith("decoder:") for name in parts)
