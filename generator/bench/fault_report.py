@@ -52,7 +52,11 @@ def markdown(result: DrillResult, *, hardware: str) -> str:
         f"{load.duration_s:g} s, deadline {load.deadline_s:g} s per request.",
         *_settings(result),
         f"Injected: {result.injected.strip() or '-'}"
-        + (f" (the step took {result.injected_in_s:.1f} s)" if result.injected_in_s else ""),
+        + (
+            f" (the step took {result.injected_in_s:.1f} s; the figures count from its end)"
+            if result.injected_in_s
+            else ""
+        ),
         _ending(result),
         "",
         "| figure | value |",

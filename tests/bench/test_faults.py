@@ -175,6 +175,20 @@ def test_a_drills_figures() -> None:
     assert summary["restarts"] == 1
 
 
+def test_the_figures_count_from_when_the_signal_step_ended() -> None:
+    """Under load (CI, cpu) a `docker exec` took 9.5 s to deliver a kill planned at 10 s:
+    counted from the plan, the router's prompt ejection read as 10.6 s."""
+    late = [_look(9.0), _look(19.0), _look(20.6, "restarting", restarts=1, rotation=False)]
+    result = _result(OUTCOMES, [*late, _look(60.0, restarts=1)])
+    assert result.summary()["ejected_after_s"] == pytest.approx(10.6)  # from the plan
+    result.landed_at_s = 19.5
+    summary = result.summary()
+    assert summary["ejected_after_s"] == pytest.approx(1.1)
+    assert summary["recovered_after_s"] == pytest.approx(40.5)
+    assert summary["served_again_after_s"] is None  # no request was sent after 19.5 s
+    assert result.as_dict()["landed_at_s"] == 19.5
+
+
 def test_a_restart_between_two_looks_still_counts_as_out() -> None:
     # The service died and came back between looks: only its restart count says so.
     samples = [_look(9.0), _look(40.0, restarts=1)]
