@@ -198,7 +198,10 @@ def test_the_router_ejects_the_cut_prefiller_and_takes_it_back(link_cut: dict[st
     assert summary["ejected_after_s"] is not None, looks
     assert summary["ejected_after_s"] < CUT_FOR_S, looks
     assert summary["recovered_after_s"] is not None, looks
-    assert summary["recovered_after_s"] >= CUT_FOR_S, (link_cut["injected_in_s"], looks)
+    # The figures count from when the cut was in place (its step took 4.2 s once); it ends
+    # when planned, so it held for the rest of CUT_FOR_S.
+    held_s = CUT_AT_S + CUT_FOR_S - link_cut["landed_at_s"]
+    assert summary["recovered_after_s"] >= held_s, (link_cut["injected_in_s"], looks)
     slowest = sorted(link_cut["outcomes"], key=lambda o: o["start_s"] - o["end_s"])[:5]
     assert summary["longest_request_s"] < DEADLINE_S, slowest
     late = [o for o in link_cut["outcomes"] if o["start_s"] > SERVING_AGAIN_BY_S]
