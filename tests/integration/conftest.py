@@ -7,6 +7,7 @@ a failure, so these always run there.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -190,3 +191,19 @@ def _skip_or_fail(reason: str) -> NoReturn:
     if os.environ.get("XPYD_REQUIRE_ALL"):
         pytest.fail(f"{reason} (XPYD_REQUIRE_ALL=1 requires it)", pytrace=False)
     pytest.skip(reason)
+
+
+# A service that dies in seconds: an LMCache server refusing its flags (an engine with a bad
+# flag dies only after vLLM's imports, a minute on 2 busy cores). For the fail-fast tests.
+BROKEN_LMCACHE_FLAG = "--no-such-lmcache-flag"
+BROKEN_LMCACHE = f'lmcache.server.extra_args=["{BROKEN_LMCACHE_FLAG}"]'
+
+
+def lmcache_server_failed_the_wait(stderr: str) -> bool:
+    """`up` ended its wait at an LMCache server's first restart, and showed its log."""
+    first_restart = re.search(
+        r"(lmcache-(?:prefill|decode)-0) was restarted by its policy \(\1 exited with \d+\) "
+        r"while we waited for it \(1 restart in the wait\)",
+        stderr,
+    )
+    return first_restart is not None and BROKEN_LMCACHE_FLAG in stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import time
@@ -30,9 +29,11 @@ from generator.render import render_stack
 from generator.stack import load_spec
 from tests.conftest import cpu_1p1d_image
 from tests.integration.conftest import (
+    BROKEN_LMCACHE,
     ROOT,
     cli,
     interrupt_cli,
+    lmcache_server_failed_the_wait,
     project_states,
     set_flags,
     workspace_copy,
@@ -238,9 +239,6 @@ def test_crashing_service_fails_fast_with_its_log(
     stack_up: dict[str, Any], scratch_root: Path
 ) -> None:
     root = workspace_copy(scratch_root / "crash")
-    # An LMCache server that refuses its flags dies in seconds; an engine only after vLLM's
-    # imports (a minute on 2 busy cores).
-    bad_flag = 'lmcache.server.extra_args=["--no-such-lmcache-flag"]'
     started = time.monotonic()
     result = cli(
         "up",
@@ -249,20 +247,14 @@ def test_crashing_service_fails_fast_with_its_log(
         "name=cpu-crash",
         *set_flags(SHIFTED),
         "--set",
-        bad_flag,
+        BROKEN_LMCACHE,
         root=root,
     )
     elapsed = time.monotonic() - started
     try:
         assert result.returncode == 1, result.stderr[-3000:]
         # Its first restart ends the wait (a crash while starting comes back).
-        said = re.search(
-            r"(lmcache-(?:prefill|decode)-0) was restarted by its policy \(\1 exited with \d+\) "
-            r"while we waited for it \(1 restart in the wait\)",
-            result.stderr,
-        )
-        assert said, result.stderr[-3000:]
-        assert "--no-such-lmcache-flag" in result.stderr  # the log tail names the cause
+        assert lmcache_server_failed_the_wait(result.stderr), result.stderr[-3000:]
         print(f"up failed after {elapsed:.0f} s", file=sys.stderr)
         # Isolation: the crash stack's containers are its own; the first stack is untouched.
         crash = project_states(root, "cpu-crash", "xpyd-cpu-crash")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import sys
@@ -30,10 +29,13 @@ import pytest
 from generator.stack import load_spec
 from generator.topologies import TOPOLOGIES
 from tests.integration.conftest import (
+    BROKEN_LMCACHE,
+    BROKEN_LMCACHE_FLAG,
     PROCESS_COPY,
     ROOT,
     cli,
     interrupt_cli,
+    lmcache_server_failed_the_wait,
     planned_ports,
     set_flags,
     workspace_copy,
@@ -284,7 +286,7 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path) -> None:
     """An LMCache server that refuses its flags dies in seconds (an engine only after vLLM's
     imports, a minute on 2 busy cores): the wait ends at its first restart, with its log."""
     started = time.monotonic()
-    broken = ["--set", 'lmcache.server.extra_args=["--no-such-lmcache-flag"]']
+    broken = ["--set", BROKEN_LMCACHE]
     result = cli(
         "up",
         "cpu-1p1d",
@@ -298,13 +300,7 @@ def test_a_service_that_dies_fails_up_fast_with_its_log(copy: Path) -> None:
     elapsed = time.monotonic() - started
     assert result.returncode == 1
     # Its first restart ends the wait: not the 300 s health deadline, nor the 5 restarts.
-    said = re.search(
-        r"(lmcache-(?:prefill|decode)-0) was restarted by its policy \(\1 exited with 2\) "
-        r"while we waited for it \(1 restart in the wait\)",
-        result.stderr,
-    )
-    assert said, result.stderr[-3000:]
-    assert "--no-such-lmcache-flag" in result.stderr  # LMCache's own complaint, from its log
+    assert lmcache_server_failed_the_wait(result.stderr), result.stderr[-3000:]
     print(f"up failed after {elapsed:.0f} s", file=sys.stderr)
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # torn down on failure, engines too
 
@@ -314,12 +310,12 @@ def test_bench_down_removes_an_arm_that_never_came_up(copy: Path) -> None:
     before a verdict: a kept stack would go on holding the GPUs (or cores) it shares."""
     # An LMCache server that refuses its flags: it dies in seconds (an engine only after
     # vLLM's imports, a minute here), and what bench removes is the same.
-    broken = ["--set", 'lmcache.server.extra_args=["--no-such-lmcache-flag"]', "--down"]
+    broken = ["--set", BROKEN_LMCACHE, "--down"]
     flags = [*on_processes("cpu-1p1d"), *broken, "--num-prompts", "1", "--run-id", f"{RUN}-b"]
     result = cli("bench", "cpu-1p1d", *flags, root=copy)
     assert result.returncode == 1, result.stdout[-2000:]
     assert "exited with 2) while we waited for it" in result.stderr  # its first restart
-    assert "--no-such-lmcache-flag" in result.stderr  # LMCache's own complaint, from its log
+    assert BROKEN_LMCACHE_FLAG in result.stderr  # LMCache's own complaint, from its log
     assert "did not come up, removing it" in result.stdout + result.stderr
     assert processes_of(copy, "xpyd-cpu-1p1d") == []  # the other LMCache server too
 
