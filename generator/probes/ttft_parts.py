@@ -125,8 +125,10 @@ def ttft_parts(
     )
     client = TtftPart("TTFT (client's mean)", client_ttft_ms, _SOURCE_CLIENT)
     prefiller = _engine_parts("prefiller", prefill, prefill.e2e)
-    if first_token_from_prefiller:
-        return [client, *prefiller, _rest(client_ttft_ms, [prefill.e2e]), *_after_first(decode)]
+    if first_token_from_prefiller:  # the prefiller pushes the KV: shown, not summed
+        push = TtftPart("KV push to the decoder (not summed)", kv_ms_per_request, kv.source)
+        rest = _rest(client_ttft_ms, [prefill.e2e])
+        return [client, *prefiller, push, rest, *_after_first(decode)]
     overlap = _overlap(prefill, decode)
     if overlap is None:
         return [

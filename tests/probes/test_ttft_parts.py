@@ -110,7 +110,9 @@ def test_the_prefillers_first_token_ends_the_ttft_and_the_decoder_comes_after() 
     }
     assert parts["router, HTTP and streaming (the rest)"] == pytest.approx(34.8)  # 412.1-377.3
     summed = [name for name in parts if name.startswith(("prefiller", "router"))]
+    assert len(summed) == 4  # queue, prefill, API and output, the rest
     assert sum(parts[name] or 0.0 for name in summed) == pytest.approx(412.1)
+    assert parts["KV push to the decoder (not summed)"] == 1.5  # NIXL's, as before
     after = "decoder, after the client's first token"
     assert parts[f"{after}: its first token"] == pytest.approx(47.3)
     assert not any(name.startswith("decoder:") for name in parts)
