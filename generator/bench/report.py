@@ -143,6 +143,7 @@ def _arm_line(arm: ArmResult) -> str:
     kv = "; ".join(
         f"{t['request']}: {t['mib']:.1f} MiB in {t['ms']:.2f} ms"
         + (f" = {t['gib_s']:.2f} GiB/s" if t["gib_s"] else "")
+        + (f", {t['descriptors']:.0f} descriptors" if t.get("descriptors") else "")
         + (f" over {t['transport']}" if t["transport"] else "")
         for t in arm.kv_per_request
     )
@@ -237,6 +238,10 @@ def _kv_rows(arms: list[tuple[str, PointResult]]) -> list[tuple[str, list[str]]]
         ("prompt tokens computed locally", [f"{p.local_tokens:.0f}" for _, p in arms]),
         ("KV moved per request (MiB)", [_cell(p.kv_mib_per_request, "{:.2f}") for _, p in arms]),
         ("KV transfer rate (GiB/s, NIXL)", [_cell(p.kv_gib_s, "{:.3f}") for _, p in arms]),
+        (
+            "KV descriptors per request (NIXL)",
+            [_cell(p.kv_descriptors_per_request, "{:.0f}") for _, p in arms],
+        ),
         ("prefillers' prefix cache hits (vLLM, %)", [_percent(p.cache.hit_rate) for _, p in arms]),
         (
             "prefillers' KV connector hits (LMCache, %)",

@@ -46,6 +46,7 @@ class PointResult:
     local_tokens: float  # prompt tokens engines computed themselves
     kv_bytes: float | None = None  # NIXL's counters (P/D only)
     kv_seconds: float | None = None
+    kv_descriptors: float | None = None  # where the engines count them (nixl-mp)
     # the prefillers' prefix caches over the point
     cache: CacheCounters = field(default_factory=CacheCounters)
     # the client's mean TTFT and its parts, as the engines timed them (probes.ttft_parts)
@@ -67,6 +68,15 @@ class PointResult:
         return self.kv_bytes / completed / (1 << 20)
 
     @property
+    def kv_descriptors_per_request(self) -> float | None:
+        """NIXL descriptors per completed request: vLLM gives one per layer, K or V and run of
+        neighbouring KV blocks, so more per request means fewer blocks merged."""
+        completed = self.metrics.get("completed") or 0
+        if not self.kv_descriptors or not completed:
+            return None
+        return self.kv_descriptors / completed
+
+    @property
     def kv_gib_s(self) -> float | None:
         if not self.kv_bytes or not self.kv_seconds:
             return None
@@ -82,6 +92,7 @@ class PointResult:
             data
             | rates
             | {"kv_mib_per_request": self.kv_mib_per_request, "kv_gib_s": self.kv_gib_s}
+            | {"kv_descriptors_per_request": self.kv_descriptors_per_request}
         )
 
 
@@ -141,6 +152,7 @@ def read_point(
         local_tokens=engines.local_tokens,
         kv_bytes=kv.bytes if kv else None,
         kv_seconds=kv.seconds if kv else None,
+        kv_descriptors=(kv.descriptors or None) if kv else None,
         cache=cache or CacheCounters(),
     )
 

@@ -44,10 +44,14 @@ class KvCounters:
     bytes: float
     seconds: float
     transfers: float
+    descriptors: float = 0.0  # NIXL's, where the engines count them (0: not counted)
 
     def __sub__(self, other: KvCounters) -> KvCounters:
         return KvCounters(
-            self.bytes - other.bytes, self.seconds - other.seconds, self.transfers - other.transfers
+            self.bytes - other.bytes,
+            self.seconds - other.seconds,
+            self.transfers - other.transfers,
+            self.descriptors - other.descriptors,
         )
 
     @property
@@ -57,7 +61,8 @@ class KvCounters:
     def describe(self) -> str:
         rate = self.gib_s
         speed = f"{rate:.2f} GiB/s" if rate is not None else "no timed transfer"
-        return f"{self.bytes / (1 << 20):.1f} MiB in {self.seconds * 1e3:.2f} ms = {speed}"
+        moved = f"{self.bytes / (1 << 20):.1f} MiB in {self.seconds * 1e3:.2f} ms = {speed}"
+        return moved + (f", {self.descriptors:.0f} descriptors" if self.descriptors else "")
 
 
 def kv_side(plan: Plan) -> KvSpeedSource:
@@ -79,10 +84,12 @@ def read_counters(client: ProbeClient, plan: Plan) -> KvCounters:
     for engine, port in zip(source.engines, source.ports, strict=True):
         address = plan.engine_address(engines[engine])
         samples = client.scrape(engine, f"http://{address}:{port}/metrics")
+        descriptors = source.descriptors_metric
         total = KvCounters(
             total.bytes + metric_sum(samples, source.bytes_metric),
             total.seconds + metric_sum(samples, source.seconds_metric) * source.seconds_per_unit,
             total.transfers + metric_sum(samples, source.transfers_metric),
+            total.descriptors + (metric_sum(samples, descriptors) if descriptors else 0.0),
         )
     return total
 

@@ -141,6 +141,7 @@ def _transfer(request: str, counters: KvCounters, transport: str | None) -> dict
         "mib": counters.bytes / (1 << 20),
         "ms": counters.seconds * 1e3,
         "gib_s": counters.gib_s,
+        "descriptors": counters.descriptors or None,
         "transport": transport,
     }
 

@@ -61,6 +61,9 @@ class KvSpeedSource:
     seconds_per_unit: float  # the seconds metric's unit, in seconds
     transfers_metric: str
     memory: Literal["host", "cuda"]  # where the KV sits (UCX's memory type)
+    # NIXL descriptors per transfer (a sum), where the engines count them: each costs UCX's
+    # cuda_ipc about the same time whatever its size (docs/facts.md), so fewer is faster
+    descriptors_metric: str | None = None
 
 
 @dataclass(frozen=True)

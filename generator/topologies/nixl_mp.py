@@ -265,6 +265,7 @@ class NixlMP:
             seconds_per_unit=1.0,
             transfers_metric="vllm:nixl_xfer_time_seconds_count",
             memory="host" if plan.profile is Profile.CPU else "cuda",
+            descriptors_metric="vllm:nixl_num_descriptors_sum",
         )
         # Decoder counters; under push the bytes are counted where they move (the speed row).
         failed = CounterRow("NIXL failed transfers", "vllm:nixl_num_failed_transfers_total", True)

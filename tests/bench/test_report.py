@@ -46,7 +46,7 @@ def arm_folder(root: Path, arm: str, completed: int, ttft_s: float) -> Path:
 def arm(root: Path, name: str, *, kv_tokens: float, passed: bool = True) -> ArmResult:
     path = arm_folder(root, name, 8, 0.2 if name == "pd" else 0.1)
     counters = EngineCounters(kv_tokens, 2048.0, {"prefill-0": 4.0, "decode-0": 4.0})
-    kv = KvCounters(8 * (1 << 20), 0.5, 8.0) if kv_tokens else None
+    kv = KvCounters(8 * (1 << 20), 0.5, 8.0, 8 * 2 * 32) if kv_tokens else None
     result = ArmResult(
         name,
         f"s-{name}",
@@ -79,6 +79,7 @@ def test_point_numbers_are_vllms_own(tmp_path: Path) -> None:
     assert point.metrics == {key: written[key] for key in METRICS}
     assert point.kv_mib_per_request == pytest.approx(1.0)  # 8 MiB over 8 requests
     assert point.kv_gib_s == pytest.approx(8 / 1024 / 0.5)
+    assert point.kv_descriptors_per_request == 64  # K and V of 32 layers, one run of blocks
 
 
 def test_a_run_that_completed_nothing_is_refused(tmp_path: Path) -> None:
@@ -93,6 +94,7 @@ def test_markdown_sets_the_arms_side_by_side(tmp_path: Path) -> None:
     assert "| load | arm | req/s | goodput req/s |" in text
     assert "| all at once | colocated | 1.50 | - | 1.5 | 100.0 |" in text
     assert "| prompt tokens received as KV | 2048 | 0 |" in text
+    assert "| KV descriptors per request (NIXL) | 64 | - |" in text
     assert "| mean TTFT (ms) | 200.00 | 100.00 |" in text
     assert "goodput SLO: ttft <= 500 ms" in text
     assert "CPU while idle: 1.8% of a core in all (decode-0 1.2%, prefill-0 0.5%)" in text

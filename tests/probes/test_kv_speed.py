@@ -30,6 +30,16 @@ def test_counters_subtract_and_describe() -> None:
     assert moved.gib_s == 250.0
     assert moved.describe() == "512.0 MiB in 2.00 ms = 250.00 GiB/s"
     assert KvCounters(0, 0, 0).gib_s is None
+    # Where the engines count NIXL's descriptors (nixl-mp), the smoke request's row names them.
+    counted = KvCounters(512 * MIB, 0.002, 1, 64) - KvCounters(0, 0, 0)
+    assert counted.describe() == "512.0 MiB in 2.00 ms = 250.00 GiB/s, 64 descriptors"
+
+
+def test_nixl_mp_counts_descriptors_and_lmcache_pd_does_not(workspace: Workspace) -> None:
+    assert kv_side(plan_of(workspace, "xpyd-mp")).descriptors_metric == (
+        "vllm:nixl_num_descriptors_sum"
+    )
+    assert kv_side(plan_of(workspace, "xpyd")).descriptors_metric is None
 
 
 def test_same_host_gpus_fail_a_tcp_class_fallback(workspace: Workspace) -> None:
