@@ -9,6 +9,7 @@
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR idle
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR blocks
 #   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR graphs
+#   tests/benchmarks/gpu_process_proof.sh STACK ENGINE_PY ROUTER_PY MODEL_DIR rates
 #
 # STACK: xpyd-1gpu or xpyd-lmcache-1gpu. ENGINE_PY: a Python with images/locks/engine-gpu.txt
 # (`python -m generator env STACK` makes one); ROUTER_PY: one with images/locks/router.txt.
@@ -47,6 +48,13 @@
 # FULL_AND_PIECEWISE"): `up` (the smoke verdict; its run.json has each engine's time to ready,
 # graph capture included), seed A's benchmark on the stack (P/D only), down. Piecewise graphs
 # leave attention eager: what that costs the decoder's ITL against vLLM's default.
+# `rates`: the KV path's rate against the load: `up`, then seed A's benchmark on the stack (P/D
+# only) at each RATE:PROMPTS:SEED of RATES (default "0.2:8:1 1:30:0 0.2:8:2"), one after the
+# other on the same engines, then down. At 0.2/s no two requests overlap (one ends in about 2 s),
+# at 1/s the next prefill and earlier decodes share the GPU with each transfer; the later 0.2/s
+# point meets the KV blocks as the 1/s one left them. The report's "KV descriptors per request"
+# says how many neighbouring blocks NIXL merged. Each point its own seed: prompts seen before
+# would hit the prefix caches and move less KV.
 set -uo pipefail
 stack=$1 engine_python=$2 router_python=$3 model=$4 what=${5:-both} fault=${6:-kill:decode-0@15}
 # The spec takes absolute paths; -s keeps a venv's python link (resolved, it leaves the venv).
@@ -123,6 +131,17 @@ if [ "$what" = graphs ]; then
         sweep_point "gpu-graphs-$stack-$mode" "${settings[@]}" \
             --set "prefill.extra_args=$args" --set "decode.extra_args=$args"
     done
+    exit "$status"
+fi
+if [ "$what" = rates ]; then
+    "$python" -m generator up "$stack" "${settings[@]}" --run-id "gpu-rates-$stack-up" || status=1
+    for point in ${RATES:-0.2:8:1 1:30:0 0.2:8:2}; do
+        IFS=: read -r rate prompts seed <<<"$point"
+        "$python" -m generator bench "$stack" "${settings[@]}" --preset seed-xpyd \
+            --request-rate "$rate" --num-prompts "$prompts" --seed "$seed" --idle-window-s 0 \
+            --run-id "gpu-rates-$stack-$rate-$prompts-$seed" || status=1
+    done
+    "$python" -m generator down "$stack"
     exit "$status"
 fi
 if [ "$what" = fault ]; then
