@@ -44,8 +44,6 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
     # Host networking on GPUs (NIXL and RDMA advertise host addresses), across hosts (KV and
     # side channels must reach the other host's address) and where the runtime has no bridge
     # (local processes); a bridge for single-host cpu stacks in containers.
-    if pod_network:
-        _no_multinode_pods(spec)
     multi_host = len(spec.hosts) > 1
     runtime = runtime_kind(spec.runtime)
     gpu = spec.profile is Profile.GPU
@@ -119,16 +117,6 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
     )
     warnings = (*collect_warnings(plan, spec), *router_warnings(spec))
     return plan.model_copy(update={"warnings": warnings})
-
-
-def _no_multinode_pods(spec: Spec) -> None:
-    for role in spec.multinode_roles:
-        raise PlanError(
-            f"{role}.nodes",
-            "the Kubernetes export has no engines over several nodes yet (a LeaderWorkerSet "
-            "per engine is the plan: docs/kubernetes.md)",
-            fix=f"render it with {role}.nodes: 1, or run it under the slurm runtime",
-        )
 
 
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:

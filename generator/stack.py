@@ -9,17 +9,21 @@ from pathlib import Path
 
 from generator.plan.models import Plan
 from generator.routers import read_recovery, router_issues
-from generator.runtimes.kinds import runtime_issues
+from generator.runtimes.kinds import runtime_issues, runtime_section_issues
 from generator.spec import RouterKind, Rule, Spec, read_spec_file, validate_spec
 from generator.topologies import baseline_data, topology_issues
 
-__all__ = ["UNIT_RULES", "baseline_spec", "load_spec", "parse_spec"]
+__all__ = ["EXPORT_RULES", "UNIT_RULES", "baseline_spec", "load_spec", "parse_spec"]
 
 UNIT_RULES: tuple[Rule, ...] = (topology_issues, router_issues, runtime_issues)
+# A stack exported for a cluster (render --target kubernetes): no runtime of ours runs it, so
+# none of their rules apply (compose's refusal of engines over several hosts, say).
+EXPORT_RULES: tuple[Rule, ...] = (topology_issues, router_issues, runtime_section_issues)
 
 
-def load_spec(path: Path, overrides: Sequence[str] = ()) -> Spec:
-    return read_spec_file(path, overrides, rules=UNIT_RULES)
+def load_spec(path: Path, overrides: Sequence[str] = (), *, export: bool = False) -> Spec:
+    """``export``: the spec of an export (the Kubernetes target), checked by EXPORT_RULES."""
+    return read_spec_file(path, overrides, rules=EXPORT_RULES if export else UNIT_RULES)
 
 
 def parse_spec(

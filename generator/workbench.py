@@ -56,7 +56,8 @@ def load_plan(
 ) -> Plan:
     """``pod_network``: planned for Kubernetes (renders kubernetes/<stack>/)."""
     workspace = workspace or find_workspace()
-    return make_plan(load_spec(workspace.stack_file(stack), overrides), pod_network=pod_network)
+    spec = load_spec(workspace.stack_file(stack), overrides, export=pod_network)
+    return make_plan(spec, pod_network=pod_network)
 
 
 def render_in_memory(plan: Plan, workspace: Workspace | None = None) -> RenderedStack:

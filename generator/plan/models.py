@@ -36,6 +36,8 @@ from generator.spec import (
 __all__ = [
     "ENGINE_LABEL",
     "ENGINE_LABEL_VALUE",
+    "LWS_LEADER_ADDRESS_REF",
+    "LWS_WORKER_INDEX_REF",
     "POD_IP_ENV",
     "POD_IP_REF",
     "POD_NAMESPACE_ENV",
@@ -77,6 +79,11 @@ POD_NAME_REF = f"$({POD_NAME_ENV})"
 # looks, still right after an overlay moves the stack to another namespace.
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 POD_NAMESPACE_REF = f"$({POD_NAMESPACE_ENV})"
+# An engine over several nodes is a LeaderWorkerSet there, whose controller puts these first in
+# every container's environment: the leader pod's DNS name (its rendezvous), and the pod's node
+# rank (0 on the leader). One worker template serves every follower, so its rank is this.
+LWS_LEADER_ADDRESS_REF = "$(LWS_LEADER_ADDRESS)"
+LWS_WORKER_INDEX_REF = "$(LWS_WORKER_INDEX)"
 # Labels every pod of the Kubernetes export carries: its stack and its role (prefill, decode,
 # router, ...). Services select pods by them, and so does vllm-router's pod discovery.
 STACK_LABEL = "xpyd.org/stack"

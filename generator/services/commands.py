@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from generator.plan import EnginePlan, Plan
+from generator.plan.models import LWS_LEADER_ADDRESS_REF, LWS_WORKER_INDEX_REF, POD_IP_REF
 from generator.plan.traces import traces_endpoint
 from generator.topologies import block_size_of, cudagraph_mode_of, topology_of
 
@@ -52,7 +53,11 @@ def _nodes_args(plan: Plan, engine: EnginePlan) -> list[str]:
     if engine.nodes == 1:
         return []
     leader = plan.leader_of(engine) if engine.is_follower else engine
+    rank, master = str(engine.node_rank), leader.address
+    if plan.pod_network:  # a LeaderWorkerSet's pods: the names and ranks it gives them
+        rank = LWS_WORKER_INDEX_REF if engine.is_follower else rank
+        master = LWS_LEADER_ADDRESS_REF if engine.is_follower else POD_IP_REF
     args = ["--distributed-executor-backend", "mp", "--nnodes", str(engine.nodes)]
-    args += ["--node-rank", str(engine.node_rank), "--master-addr", leader.address]
+    args += ["--node-rank", rank, "--master-addr", master]
     args += ["--master-port", str(leader.master_port)]
     return [*args, "--headless"] if engine.is_follower else args

@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 from generator.plan import EnginePlan, Plan, SidecarPlan
+from generator.plan.models import POD_IP_REF
 from generator.plan.start_order import gpus_started_alone
 from generator.plan.traces import receiver_url, traces_endpoint
 from generator.routers import router_of
@@ -187,7 +188,7 @@ def _node_watches(plan: Plan, engine: EnginePlan) -> tuple[PeerWatch, ...]:
     (measured: docs/facts.md), and a new node cannot join the others' running group. The
     leader watches each follower's supervisor page, each follower the leader's: a newer start
     or a page gone ends it too, and its supervisor starts it again into a new group."""
-    if engine.nodes == 1:
+    if engine.nodes == 1 or plan.pod_network:  # there LeaderWorkerSet recreates the group
         return ()
     leader = plan.leader_of(engine) if engine.is_follower else engine
     peers = (leader,) if engine.is_follower else plan.nodes_of(engine)[1:]
@@ -327,7 +328,7 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         # Where the other nodes reach this node's message queues. vLLM guesses it from the
         # default route, and a node without one says 0.0.0.0: measured under Slurm, the
         # leader then waited for its follower forever after loading the weights.
-        env["VLLM_HOST_IP"] = engine.address
+        env["VLLM_HOST_IP"] = POD_IP_REF if plan.pod_network else engine.address
     env |= _nixl_idle_env(plan)
     return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
 

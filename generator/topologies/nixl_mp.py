@@ -142,7 +142,10 @@ class NixlMP:
         nixl: dict[str, Any] = {"kv_connector": connector, "kv_role": role}
         if plan.profile is Profile.CPU:
             nixl["kv_buffer_device"] = "cpu"
-        lmcache_host = "127.0.0.1" if plan.network == "host" else server.service
+        # Its own server is on its host, or in its pod: a LeaderWorkerSet's followers share one
+        # template, so none of them can name its own server's Service.
+        local = plan.network == "host" or plan.pod_network
+        lmcache_host = "127.0.0.1" if local else server.service
         mp = {
             "kv_connector": "LMCacheMPConnector",
             "kv_role": "kv_both",

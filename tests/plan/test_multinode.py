@@ -106,10 +106,28 @@ def test_compose_and_lmcache_pd_refuse_engines_over_several_hosts(workspace: Wor
     assert "decode.nodes: lmcache-pd sends each TP rank's KV to one host of the decoder" in text
 
 
-def test_the_kubernetes_export_refuses_them(workspace: Workspace) -> None:
-    with pytest.raises(PlanError, match="no engines over several nodes yet") as caught:
-        make_plan(slurm_spec(workspace, *TWO_NODE_PREFILL), pod_network=True)
-    assert caught.value.field == "prefill.nodes"
+def test_on_a_pod_network_the_nodes_take_their_rank_and_leader_from_lws(
+    workspace: Workspace,
+) -> None:
+    """The Kubernetes export: one worker template for every follower (LeaderWorkerSet tells
+    each pod its rank and the leader's name), and the pod's own IP where vLLM guessed one."""
+    plan = make_plan(
+        load_spec(workspace.stack_file("cpu-slurm"), TWO_NODE_PREFILL, export=True),
+        pod_network=True,
+    )
+    leader, follower = plan.prefill[0], plan.followers[0]
+    lead, follow = engine_command(plan, leader), engine_command(plan, follower)
+    assert lead[lead.index("--node-rank") :][:4] == [
+        "--node-rank", "0", "--master-addr", "$(POD_IP)",
+    ]  # fmt: skip
+    assert follow[follow.index("--node-rank") :][:4] == [
+        "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr", "$(LWS_LEADER_ADDRESS)",
+    ]  # fmt: skip
+    services = {s.name: s for h in _deployment(plan).hosts for s in h.services}
+    for name in (leader.name, follower.name):
+        assert services[name].env["VLLM_HOST_IP"] == "$(POD_IP)"
+        # LeaderWorkerSet recreates the group: no node watches another's page.
+        assert not [w for w in services[name].restarts_with if "node" in w.service]
 
 
 def test_no_room_for_a_node_names_the_host(workspace: Workspace) -> None:

@@ -6,6 +6,7 @@ objects must say (pod IP side channel, sidecars, GPUs, secrets only by reference
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import itertools
 import json
@@ -29,7 +30,9 @@ from generator.plan import Plan
 from generator.planner import make_plan
 from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
+from generator.serializers.kubernetes import KUSTOMIZATION, KUSTOMIZE_CONFIG
 from generator.serializers.kubernetes.checks import check_objects
+from generator.serializers.kubernetes.templates import LWS_API, LWS_KIND, pod_templates
 from generator.services.parts import python_check
 from generator.stack import load_spec
 from generator.topologies import topology_of
@@ -40,12 +43,27 @@ SCHEMAS = Path(__file__).parent / "kubernetes_schemas"
 CRDS = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-monitoring.coreos.com-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring.coreos.com-v1.json",
+    (LWS_API, LWS_KIND): "leaderworkerset-leaderworkerset.x-k8s.io-v1.json.gz",
 }
+KUSTOMIZE_FILES = {KUSTOMIZATION.name, KUSTOMIZE_CONFIG.name}  # kustomize's input, not objects
 Obj = dict[str, Any]
 
 
 def pod_plan(workspace: Workspace, stack: str, *overrides: str) -> Plan:
-    return make_plan(load_spec(workspace.stack_file(stack), overrides), pod_network=True)
+    spec = load_spec(workspace.stack_file(stack), overrides, export=True)
+    return make_plan(spec, pod_network=True)
+
+
+def pod_gpus(plan: Plan) -> dict[str, int]:
+    """The GPUs each engine pod must ask for, by its instance label: its TP ranks on a node
+    (a LeaderWorkerSet's workers: ``<engine>-workers``)."""
+    gpus: dict[str, int] = {}
+    for engine in plan.engines:
+        if engine.gpus:
+            gpus[engine.name] = engine.tp // engine.nodes
+            if engine.nodes > 1:
+                gpus[f"{engine.name}-workers"] = engine.tp // engine.nodes
+    return gpus
 
 
 @cache
@@ -70,7 +88,7 @@ def cluster_objects(rendered: RenderedStack) -> list[Obj]:
     return [
         obj
         for path, objects in documents(rendered).items()
-        if path.name != "kustomization.yaml"
+        if path.name not in KUSTOMIZE_FILES
         for obj in objects
     ]
 
@@ -92,8 +110,14 @@ def _strict(schema: Any) -> Any:
 
 @cache
 def crd_validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / CRDS[(api_version, kind)]).read_text(encoding="utf-8"))
-    return jsonschema.Draft202012Validator(_strict(schema))
+    path = SCHEMAS / CRDS[(api_version, kind)]
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return jsonschema.Draft202012Validator(_strict(json.loads(data)))
+
+
+def _pod_template(name: str, template: Obj) -> Obj:
+    meta = {"name": name.replace("/", "-").lower()}
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta, "template": template}
 
 
 def schema_errors(obj: Obj) -> list[str]:
@@ -101,7 +125,12 @@ def schema_errors(obj: Obj) -> list[str]:
     where = f"{obj['kind']}/{obj['metadata']['name']}"
     if key in CRDS:
         errors = crd_validator(*key).iter_errors(obj)
-        return [f"{where}: {list(e.absolute_path)}: {e.message}" for e in errors]
+        found = [f"{where}: {list(e.absolute_path)}: {e.message}" for e in errors]
+        # A CRD's copy of the pod template is the API of its controller-gen's day: each
+        # template must also be what this Kubernetes takes.
+        for which, template in pod_templates(obj):
+            found += schema_errors(_pod_template(f"{where}-{which}", template))
+        return found
     try:
         version = kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
@@ -122,8 +151,7 @@ def test_every_object_of_every_shipped_stack_meets_the_strict_schemas(stack: str
 @pytest.mark.parametrize("stack", SHIPPED)
 def test_every_shipped_stack_passes_our_own_checks(stack: str) -> None:
     plan, rendered = exported(stack)
-    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
-    assert check_objects(cluster_objects(rendered), gpus) == []
+    assert check_objects(cluster_objects(rendered), pod_gpus(plan)) == []
 
 
 def test_the_strict_schemas_refuse_an_unknown_field() -> None:
@@ -384,7 +412,7 @@ def test_traces_go_to_a_receiver_the_export_runs(
     rendered = render_stack(plan, workspace)
     objects = cluster_objects(rendered)
     assert [error for obj in objects for error in schema_errors(obj)] == []
-    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
+    gpus = pod_gpus(plan)
     assert check_objects(objects, gpus) == []
     deployment = _workload(rendered, receiver)
     assert deployment["kind"] == "Deployment"

@@ -22,7 +22,8 @@ from generator.serializers.kubernetes.checks import (
     selectors_match,
     side_channels,
 )
-from tests.render.test_kubernetes import cluster_objects, exported
+from tests.render.test_kubernetes import cluster_objects, exported, pod_gpus
+from tests.render.test_kubernetes_nodes import GPU_NODES
 
 Obj = dict[str, Any]
 Breakage = Callable[[list[Obj]], None]
@@ -35,8 +36,7 @@ COLOCATED = ("cpu-1p1d", "topology=colocated", "lmcache={}")
 def _objects(stack: str | tuple[str, ...]) -> tuple[list[Obj], dict[str, int]]:
     name, *overrides = (stack,) if isinstance(stack, str) else stack
     plan, rendered = exported(name, *overrides)
-    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
-    return copy.deepcopy(cluster_objects(rendered)), gpus
+    return copy.deepcopy(cluster_objects(rendered)), pod_gpus(plan)
 
 
 def _one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
@@ -222,6 +222,21 @@ def _binding_in_another_namespace(objects: list[Obj]) -> None:
     _one(objects, "RoleBinding")["subjects"][0]["namespace"] = "default"
 
 
+def _worker(objects: list[Obj]) -> Obj:
+    template: Obj = _one(objects, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    return template["workerTemplate"]  # type: ignore[no-any-return]
+
+
+def _worker_labelled_with_the_engines_role(objects: list[Obj]) -> None:
+    _worker(objects)["metadata"]["labels"]["xpyd.org/role"] = "prefill"
+
+
+def _worker_asks_for_the_whole_engines_gpus(objects: list[Obj]) -> None:
+    engine = _worker(objects)["spec"]["containers"][0]
+    engine["resources"]["requests"]["nvidia.com/gpu"] = "4"
+    engine["resources"]["limits"]["nvidia.com/gpu"] = "4"
+
+
 BROKEN: list[tuple[str, Any, str | tuple[str, ...], Breakage, str]] = [
     ("selectors_match", selectors_match, "cpu-1p1d", _service_selects_nothing, "matches no pod"),
     (
@@ -245,9 +260,16 @@ BROKEN: list[tuple[str, Any, str | tuple[str, ...], Breakage, str]] = [
     ("references_exist", references_exist, "cpu-1p1d", _unknown_secret, "'my-keys'"),
     ("no_secret_values", no_secret_values, "xpyd", _secret_with_data, "secret values"),
     ("no_secret_values", no_secret_values, "xpyd", _token_as_a_value, "HF_TOKEN"),
-    ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpus_not_tp, "TP size is 2"),
+    ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpus_not_tp, "TP ranks here are 2"),
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _gpu_requests_differ_from_limits, "differ"),
     ("gpu_counts", gpu_counts, "xpyd-mp-2host", _cuda_devices_miscounted, "CUDA_VISIBLE"),
+    (
+        "gpu_counts",
+        gpu_counts,
+        GPU_NODES,
+        _worker_asks_for_the_whole_engines_gpus,
+        "prefill-0-nodes/worker: asks for 4 GPUs, its TP ranks here are 2",
+    ),
     ("config_maps_fit", config_maps_fit, "cpu-1p1d", _plan_over_a_mebibyte, "1 MiB"),
     ("pod_discovery", pod_discovery, "cpu-1p1d", _engine_role_label_drifts, "picked by 0"),
     ("pod_discovery", pod_discovery, "cpu-2host", _selector_names_another_stack, "matches no"),
@@ -258,6 +280,13 @@ BROKEN: list[tuple[str, Any, str | tuple[str, ...], Breakage, str]] = [
     ("pod_discovery", pod_discovery, "cpu-1p1d", _discovery_without_pd_mode, "P/D selectors"),
     ("pod_discovery", pod_discovery, "cpu-1p1d", _selector_beside_pd_mode, "--selector is unused"),
     ("pod_discovery", pod_discovery, COLOCATED, _engine_label_dropped, "picked by 0"),
+    (
+        "pod_discovery",
+        pod_discovery,
+        GPU_NODES,
+        _worker_labelled_with_the_engines_role,
+        "picks prefill-0-nodes/worker",
+    ),
     ("pod_discovery", pod_discovery, COLOCATED, _selector_by_stack_only, "picks router"),
     (
         "pod_discovery",

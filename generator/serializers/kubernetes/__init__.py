@@ -16,12 +16,22 @@ from generator.serializers.kubernetes.monitoring import monitoring_objects
 from generator.serializers.kubernetes.naming import namespace_of
 from generator.serializers.kubernetes.objects import stack_objects
 from generator.serializers.kubernetes.pods import PodOptions
+from generator.serializers.kubernetes.templates import LWS_KIND, pod_templates, worker_instance
 from generator.serializers.yaml_text import dump_yaml
 from generator.services.model import Deployment
 
-__all__ = ["KUSTOMIZATION", "MONITORING", "PodOptions", "export_objects", "kubernetes_files"]
+__all__ = [
+    "KUSTOMIZATION",
+    "KUSTOMIZE_CONFIG",
+    "MONITORING",
+    "PodOptions",
+    "export_objects",
+    "kubernetes_files",
+]
 
 KUSTOMIZATION: Final = PurePosixPath("kustomization.yaml")
+# Where kustomize finds a LeaderWorkerSet's images and replicas: its input, not an object.
+KUSTOMIZE_CONFIG: Final = PurePosixPath("kustomizeconfig.yaml")
 MONITORING: Final = PurePosixPath("monitoring")
 _KUSTOMIZE: Final = "kustomize.config.k8s.io/v1beta1"
 
@@ -45,14 +55,27 @@ def kubernetes_files(
     header = _header(deployment)
     base = {p: o for p, o in files.items() if MONITORING not in p.parents}
     texts = {path: _documents(objects, header) for path, objects in files.items()}
-    texts[KUSTOMIZATION] = dump_yaml(_kustomization(plan, base), header=header)
+    kustomization = _kustomization(plan, base)
+    texts[KUSTOMIZATION] = dump_yaml(kustomization, header=header)
+    if "configurations" in kustomization:
+        texts[KUSTOMIZE_CONFIG] = dump_yaml(_kustomize_config(), header=header)
     monitoring = [path.relative_to(MONITORING) for path in files if MONITORING in path.parents]
     texts[MONITORING / KUSTOMIZATION] = dump_yaml(
         _monitoring_kustomization(plan, monitoring), header=header
     )
-    gpus = {engine.name: engine.tp for engine in plan.engines if engine.gpus}
-    problems = check_objects([obj for objects in files.values() for obj in objects], gpus)
+    problems = check_objects([obj for objects in files.values() for obj in objects], _gpus(plan))
     return texts, problems
+
+
+def _gpus(plan: Plan) -> dict[str, int]:
+    """The GPUs each engine pod must ask for, by its instance label: its TP ranks on a node."""
+    gpus: dict[str, int] = {}
+    for engine in plan.engines:
+        if engine.gpus:
+            gpus[engine.name] = engine.tp // engine.nodes
+            if engine.nodes > 1:
+                gpus[worker_instance(engine.name)] = engine.tp // engine.nodes
+    return gpus
 
 
 def _documents(objects: Iterable[dict[str, Any]], header: str) -> str:
@@ -60,8 +83,8 @@ def _documents(objects: Iterable[dict[str, Any]], header: str) -> str:
 
 
 def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
-    workloads = [o for objects in base.values() for o in objects if "template" in o.get("spec", {})]
-    return {
+    workloads = [o for objects in base.values() for o in objects if any(pod_templates(o))]
+    kustomization = {
         "apiVersion": _KUSTOMIZE,
         "kind": "Kustomization",
         "namespace": namespace_of(plan.stack),
@@ -73,6 +96,28 @@ def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
             if "replicas" in o["spec"]  # a Job has none
         ],
     }
+    if any(o["kind"] == LWS_KIND for o in workloads):
+        kustomization["configurations"] = [str(KUSTOMIZE_CONFIG)]
+    return kustomization
+
+
+def _kustomize_config() -> dict[str, Any]:
+    """Where kustomize's ``images`` and ``replicas`` find a LeaderWorkerSet's fields: its
+    built-in field lists know the built-in kinds only, and would leave the engines' images
+    and group counts as rendered."""
+    templates = ("leaderTemplate", "workerTemplate")
+    containers = ("containers", "initContainers")
+    images = [
+        {
+            "path": f"spec/leaderWorkerTemplate/{template}/spec/{key}[]/image",
+            "kind": LWS_KIND,
+            "create": False,
+        }
+        for template in templates
+        for key in containers
+    ]
+    replicas = [{"path": "spec/replicas", "kind": LWS_KIND, "create": True}]
+    return {"images": images, "replicas": replicas}
 
 
 def _images(workloads: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -81,8 +126,9 @@ def _images(workloads: list[dict[str, Any]]) -> list[dict[str, str]]:
         {
             container["image"]
             for workload in workloads
+            for _, template in pod_templates(workload)
             for key in ("initContainers", "containers")
-            for container in workload["spec"]["template"]["spec"].get(key, [])
+            for container in template["spec"].get(key, [])
         }
     )
     images = []

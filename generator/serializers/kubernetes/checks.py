@@ -8,8 +8,8 @@ rendered objects (dicts, as they are written) and returns its problems, one line
 - names are what Kubernetes takes (Services: DNS labels; ports: IANA service names);
 - every ConfigMap and claim a pod mounts is in the export, every Secret is one the docs tell
   the user to create, and no object carries a secret's value;
-- each engine pod asks for exactly its TP size in GPUs, and its CUDA_VISIBLE_DEVICES counts
-  as many;
+- each engine pod asks for exactly its TP ranks' GPUs (all of them, or its node's share of an
+  engine over several nodes), and its CUDA_VISIBLE_DEVICES counts as many;
 - a router that discovers pods (vllm-router's ``--service-discovery``) runs in P/D mode in its
   own namespace, its prefill and decode selectors pick every engine pod once and by its role,
   each picked pod's vLLM listens on ``--service-discovery-port``, and its pod's ServiceAccount
@@ -24,17 +24,22 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from generator.serializers.kubernetes.naming import ROLE_LABEL, is_dns_label, is_port_name
+from generator.serializers.kubernetes.naming import (
+    INSTANCE_LABEL,
+    ROLE_LABEL,
+    is_dns_label,
+    is_port_name,
+)
 from generator.serializers.kubernetes.pods import (
     ENV_SECRET,
     GPU_RESOURCE,
     HF_TOKEN_ENV_SECRET,
     HF_TOKEN_SECRET,
 )
+from generator.serializers.kubernetes.templates import WORKLOAD_KINDS, pod_templates
 
 __all__ = ["CHECKS", "Check", "check_objects"]
 
-_WORKLOADS: Final = ("StatefulSet", "Deployment", "Job")
 _USER_SECRETS: Final = (HF_TOKEN_SECRET, HF_TOKEN_ENV_SECRET, ENV_SECRET)
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY", re.IGNORECASE)
 _WHERE = re.compile(r"_(PATH|FILE|DIR)$")
@@ -49,11 +54,11 @@ Obj = dict[str, Any]
 class PodView:
     """A workload's pod template, as the checks read it."""
 
-    workload: str
+    workload: str  # a LeaderWorkerSet's templates: "<name>/leader", "<name>/worker"
     labels: dict[str, str]
     containers: list[Obj]  # init containers (sidecars) first
     volumes: list[Obj]
-    kind: str = "Deployment"  # an engine's is a StatefulSet
+    engine: bool = False  # an engine's vLLM that serves the API (a follower's serves none)
 
     def ports(self) -> list[Obj]:
         return [port for c in self.containers for port in c.get("ports", [])]
@@ -67,20 +72,21 @@ Check = Callable[[Sequence[Obj], Mapping[str, int]], Iterator[str]]
 
 
 def check_objects(objects: Sequence[Obj], gpus: Mapping[str, int]) -> list[str]:
-    """``gpus``: each engine workload's TP size (the GPUs its pod must ask for)."""
+    """``gpus``: the GPUs each engine pod must ask for (its TP ranks on its node), by the
+    pod's instance label."""
     return [problem for check in CHECKS for problem in check(objects, gpus)]
 
 
 def _pods(objects: Sequence[Obj]) -> list[PodView]:
     views = []
     for obj in objects:
-        if obj.get("kind") in _WORKLOADS:
-            template = obj["spec"]["template"]
+        for which, template in pod_templates(obj):
             spec = template["spec"]
             containers = [*spec.get("initContainers", []), *spec.get("containers", [])]
             labels = template.get("metadata", {}).get("labels", {})
-            name = obj["metadata"]["name"]
-            views.append(PodView(name, labels, containers, spec["volumes"], obj["kind"]))
+            name = obj["metadata"]["name"] + ("" if which == "pod" else f"/{which}")
+            engine = obj["kind"] == "StatefulSet" or which == "leader"
+            views.append(PodView(name, labels, containers, spec["volumes"], engine))
     return views
 
 
@@ -98,7 +104,8 @@ def _selectors(obj: Obj) -> Mapping[str, str] | None:
     kind = obj.get("kind")
     if kind == "Service":
         return dict(obj["spec"].get("selector", {}))
-    if kind in (*_WORKLOADS, "PodMonitor") and "selector" in obj["spec"]:  # a Job: made for it
+    if kind in (*WORKLOAD_KINDS, "PodMonitor") and "selector" in obj["spec"]:
+        # a Job's is made for it; a LeaderWorkerSet has none (it labels its pods itself)
         return dict(obj["spec"]["selector"].get("matchLabels", {}))
     return None
 
@@ -109,9 +116,9 @@ def selectors_match(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator
         selector = _selectors(obj)
         if selector is not None and not _selected(selector, pods):
             yield f"{_where(obj)}: its selector {selector} matches no pod template"
-        if obj.get("kind") in _WORKLOADS:
-            template = obj["spec"]["template"].get("metadata", {}).get("labels", {})
-            if any(template.get(k) != v for k, v in (selector or {}).items()):
+        for _, template in pod_templates(obj):
+            labels = template.get("metadata", {}).get("labels", {})
+            if any(labels.get(k) != v for k, v in (selector or {}).items()):
                 yield f"{_where(obj)}: its selector does not match its own pod template"
 
 
@@ -243,8 +250,9 @@ def gpu_counts(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]
     for pod in _pods(objects):
         asked = [_gpus_of(container) for container in pod.containers]
         total = sum(count for count, _ in asked)
-        if pod.workload in gpus and total != gpus[pod.workload]:
-            yield f"{pod.workload}: asks for {total} GPUs, its TP size is {gpus[pod.workload]}"
+        ranks = gpus.get(pod.labels.get(INSTANCE_LABEL, ""))
+        if ranks is not None and total != ranks:
+            yield f"{pod.workload}: asks for {total} GPUs, its TP ranks here are {ranks}"
         for container, (count, problem) in zip(pod.containers, asked, strict=True):
             if problem:
                 yield f"{pod.workload}/{container['name']}: {problem}"
@@ -284,16 +292,15 @@ _WATCH_VERBS: Final = frozenset({"get", "list", "watch"})
 def pod_discovery(objects: Sequence[Obj], gpus: Mapping[str, int]) -> Iterator[str]:
     pods = _pods(objects)
     for obj in objects:
-        if obj.get("kind") not in _WORKLOADS:
-            continue
-        spec = obj["spec"]["template"]["spec"]
-        for container in spec.get("containers", []):
-            args = [str(arg) for arg in container.get("args", [])]
-            if _DISCOVERY in args:
-                where = f"{_where(obj)}/{container['name']}"
-                yield from _discovery_mode(where, args)
-                yield from _discovered_pods(where, args, pods)
-                yield from _may_watch_pods(_where(obj), spec, objects)
+        for _, template in pod_templates(obj):
+            spec = template["spec"]
+            for container in spec.get("containers", []):
+                args = [str(arg) for arg in container.get("args", [])]
+                if _DISCOVERY in args:
+                    where = f"{_where(obj)}/{container['name']}"
+                    yield from _discovery_mode(where, args)
+                    yield from _discovered_pods(where, args, pods)
+                    yield from _may_watch_pods(_where(obj), spec, objects)
 
 
 def _flag_values(args: Sequence[str], flag: str) -> list[str] | None:
@@ -334,14 +341,14 @@ def _discovered_pods(where: str, args: Sequence[str], pods: Sequence[PodView]) -
             found[pod.workload] += 1
             yield from _discovered_pod(where, pod, side, int(port[0]))
     for pod in pods:  # every engine, once: a pod left out is never routed to
-        if pod.kind == "StatefulSet" and found[pod.workload] != 1:
+        if pod.engine and found[pod.workload] != 1:
             yield f"{where}: engine {pod.workload} is picked by {found[pod.workload]} selectors"
 
 
 def _discovered_pod(where: str, pod: PodView, side: str | None, port: int) -> Iterator[str]:
     """A picked pod is an engine (of that side, in P/D mode) whose vLLM listens at the port."""
     role = pod.labels.get(ROLE_LABEL)
-    if pod.kind != "StatefulSet" or (side is not None and role != side):
+    if not pod.engine or (side is not None and role != side):
         yield f"{where}: its {side or 'engine'} selector picks {pod.workload}, a {role}"
     http = [p["containerPort"] for p in pod.ports() if p.get("name") == "http"]
     if http != [port]:

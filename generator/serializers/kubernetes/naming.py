@@ -43,6 +43,8 @@ _PORT_NAMES: Final = {
     "LMCache coordinator": "coordinator",
     "LMCache P/D init": "pd-init",
     "LMCache P/D alloc": "pd-alloc",
+    "torch.distributed rendezvous (its nodes' TP group)": "rendezvous",
+    "its supervisor's page (a node of an engine over several hosts)": "node-page",
 }
 
 

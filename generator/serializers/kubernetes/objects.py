@@ -1,19 +1,20 @@
 """A pod-network plan and its deployment -> the Kubernetes objects of a stack, as data.
 
-One StatefulSet per planned engine (one replica: its pod is the engine, with its own ports,
-config and sidecar), a Deployment for the router and for each stack-wide sidecar (the P2P
-coordinator). Every name a service is reached by on the compose bridge is a headless Service
-here that publishes not-ready pods too: a peer dials an engine's sockets while it starts (its
-`lmcache server`, its KV receiver). A headless Service per role lists the role's pods; the
-router's Service is the stack's front door. Services the cluster brings itself (Prometheus,
-Grafana: see monitoring.py) and one-off runs (bench) are left out; the trace receiver
-(observe.traces) is a Deployment; the smoke verdict is a Job (verdict.py).
+One StatefulSet per planned engine (one replica: its pod is the engine, with its own ports, config
+and sidecar), a LeaderWorkerSet per engine over several nodes (``<role>.nodes``: a leader pod
+and its followers' pods, each with its own sidecar), a Deployment for the router and for each
+stack-wide sidecar (the P2P coordinator). Every name a service is reached by on the compose
+bridge is a headless Service here that publishes not-ready pods too: a peer dials an engine's
+sockets while it starts (its `lmcache server`, its KV receiver). A headless Service per role
+lists the role's pods; the router's Service is the stack's front door. Services the cluster
+brings itself (Prometheus, Grafana: see monitoring.py) and one-off runs (bench) are left out;
+the trace receiver (observe.traces) is a Deployment; the smoke verdict is a Job (verdict.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -29,6 +30,14 @@ from generator.serializers.kubernetes.naming import (
     port_name,
 )
 from generator.serializers.kubernetes.pods import PodOptions, PodPart, pod_spec
+from generator.serializers.kubernetes.templates import (
+    LWS_API,
+    LWS_KIND,
+    lws_name,
+    pod_templates,
+    worker_instance,
+    worker_role,
+)
 from generator.serializers.kubernetes.verdict import verdict_objects
 from generator.serializers.yaml_text import dump_yaml
 from generator.services.model import ConfigFile, Deployment, Service, Volume
@@ -42,11 +51,15 @@ _MODEL_CACHE_SIZE = "200Gi"  # a few models' weights; an overlay's to change
 class Pod:
     """What one pod runs: its main service, its sidecars, and what they share."""
 
-    kind: str  # StatefulSet (an engine) or Deployment
+    kind: str  # StatefulSet (an engine), LeaderWorkerSet (one over several nodes), Deployment
     main: PodPart
     sidecars: tuple[PodPart, ...]
     volumes: tuple[Volume, ...]
     configs: tuple[ConfigFile, ...]
+    # A LeaderWorkerSet's: the worker template (its first follower's pod: each follower runs
+    # it, told its rank by LWS) and the nodes of the group, the leader's pod included.
+    workers: Pod | None = None
+    nodes: int = 1
 
     @property
     def name(self) -> str:
@@ -58,20 +71,28 @@ def stack_pods(plan: Plan, deployment: Deployment) -> list[Pod]:
     services = {s.name: (s, host) for host in deployment.hosts for s in host.services}
     own = {s.service: s.engine for s in plan.sidecars if s.engine is not None}
     named = _port_names(plan)
-    pods: list[Pod] = []
-    mains = [e.name for e in plan.engines]
-    mains += [s.service for s in plan.sidecars if s.engine is None] + [plan.router.service]
-    # Where the engines send their traces (observe.traces): the cluster has no receiver of
-    # ours, and the engines name it; Prometheus and Grafana are the cluster's own.
-    mains += [name for name in (OTEL_SERVICE, RECEIVER_SERVICE) if name in services]
-    for main in mains:
+
+    def pod(kind: str, main: str) -> Pod:
         service, host = services[main]
         sidecars = [services[name][0] for name, engine in own.items() if engine == main]
         parts = [PodPart.of(s, named.get(s.name, ())) for s in (*sidecars, service)]
-        kind = "StatefulSet" if main in {e.name for e in plan.engines} else "Deployment"
         configs = tuple(c for part in parts for c in part.service.configs)
-        pods.append(Pod(kind, parts[-1], tuple(parts[:-1]), host.volumes, configs))
-    return pods
+        return Pod(kind, parts[-1], tuple(parts[:-1]), host.volumes, configs)
+
+    pods: list[Pod] = []
+    for engine in plan.engines:
+        followers = plan.nodes_of(engine)[1:]
+        if not followers:
+            pods.append(pod("StatefulSet", engine.name))
+            continue
+        leader, workers = pod(LWS_KIND, engine.name), pod(LWS_KIND, followers[0].name)
+        configs = leader.configs + workers.configs
+        pods.append(replace(leader, configs=configs, workers=workers, nodes=engine.nodes))
+    mains = [s.service for s in plan.sidecars if s.engine is None] + [plan.router.service]
+    # Where the engines send their traces (observe.traces): the cluster has no receiver of
+    # ours, and the engines name it; Prometheus and Grafana are the cluster's own.
+    mains += [name for name in (OTEL_SERVICE, RECEIVER_SERVICE) if name in services]
+    return pods + [pod("Deployment", main) for main in mains]
 
 
 def _port_names(plan: Plan) -> dict[str, list[tuple[str, int]]]:
@@ -106,7 +127,7 @@ def stack_objects(
 
 
 def _engine(pod: Pod) -> bool:
-    return pod.kind == "StatefulSet"
+    return pod.kind in ("StatefulSet", LWS_KIND)
 
 
 def _meta(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -131,6 +152,8 @@ def _selector(stack: str, instance: str) -> dict[str, str]:
 def _workload(plan: Plan, pod: Pod, options: PodOptions) -> dict[str, Any]:
     service = pod.main.service
     labels = pod_labels(plan.stack, service.role, pod.name, engine=_engine(pod))
+    if pod.workers is not None:
+        return _leader_worker_set(plan, pod, labels, options)
     spec = pod_spec(pod.main, pod.sidecars, pod.volumes, options)
     if pod.name == plan.router.service:
         spec |= router_identity(plan)
@@ -145,6 +168,31 @@ def _workload(plan: Plan, pod: Pod, options: PodOptions) -> dict[str, Any]:
         workload["strategy"] = {"type": "Recreate"}  # one router: never two answering at once
     apps = {"apiVersion": "apps/v1", "kind": pod.kind, "metadata": _meta(pod.name, labels)}
     return apps | {"spec": workload | {"template": template}}
+
+
+def _leader_worker_set(
+    plan: Plan, pod: Pod, labels: dict[str, str], options: PodOptions
+) -> dict[str, Any]:
+    """An engine over several nodes: one group of a leader (vLLM's API, node rank 0) and its
+    followers. The group starts together (the leader waits for its followers at its
+    rendezvous, so the workers are created with the leader, not once it is ready) and is
+    recreated as a whole when any of its containers restarts: a new node cannot join the
+    others' running group (docs/facts.md, "One engine over two nodes")."""
+    workers = pod.workers
+    assert workers is not None
+    role = pod.main.service.role
+    worker_labels = pod_labels(plan.stack, worker_role(role), worker_instance(pod.name))
+    leader = pod_spec(pod.main, pod.sidecars, pod.volumes, options)
+    worker = pod_spec(workers.main, workers.sidecars, workers.volumes, options)
+    group = {
+        "size": pod.nodes,
+        "restartPolicy": "RecreateGroupOnPodRestart",
+        "leaderTemplate": {"metadata": {"labels": labels}, "spec": leader},
+        "workerTemplate": {"metadata": {"labels": worker_labels}, "spec": worker},
+    }
+    spec = {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": group}
+    meta = _meta(lws_name(pod.name), labels)
+    return {"apiVersion": LWS_API, "kind": LWS_KIND, "metadata": meta, "spec": spec}
 
 
 def _services(plan: Plan, pods: Sequence[Pod]) -> Iterator[dict[str, Any]]:
@@ -179,7 +227,8 @@ def _claims(workloads: Iterable[dict[str, Any]], claim: str) -> bool:
     return any(
         volume.get("persistentVolumeClaim", {}).get("claimName") == claim
         for workload in workloads
-        for volume in workload["spec"]["template"]["spec"]["volumes"]
+        for _, template in pod_templates(workload)
+        for volume in template["spec"]["volumes"]
     )
 
 

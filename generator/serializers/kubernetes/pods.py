@@ -34,6 +34,8 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from generator.plan.models import (
+    LWS_LEADER_ADDRESS_REF,
+    LWS_WORKER_INDEX_REF,
     POD_IP_ENV,
     POD_IP_REF,
     POD_NAME_ENV,
@@ -74,6 +76,15 @@ _SECRETS_DIR: Final = "/run/secrets"
 _PROBE_PERIOD_S: Final = 10
 _CPU_SHM_MIB: Final = 1024  # as compose gives a cpu engine
 _GPU_SHM_MIB: Final = 16 * 1024  # NCCL and LMCache on GPUs (compose shares the host's)
+# What the plan refers to in a container's environment: ours (the downward API) and what
+# LeaderWorkerSet's controller puts there.
+_REFS: Final = (
+    POD_IP_REF,
+    POD_NAME_REF,
+    POD_NAMESPACE_REF,
+    LWS_LEADER_ADDRESS_REF,
+    LWS_WORKER_INDEX_REF,
+)
 
 
 @dataclass(frozen=True)
@@ -366,8 +377,8 @@ def _token_volume() -> dict[str, Any]:
 def _literal(value: str) -> str:
     """Kubernetes expands ``$(VAR)`` in env values and arguments and reads ``$$`` as ``$``:
     every ``$`` is kept literal except the plan's own references to the pod's IP, name and
-    namespace."""
+    namespace, and LeaderWorkerSet's to its leader's address and the pod's rank."""
     literal = value.replace("$", "$$")
-    for ref in (POD_IP_REF, POD_NAME_REF, POD_NAMESPACE_REF):
+    for ref in _REFS:
         literal = literal.replace(f"${ref}", ref)
     return literal
