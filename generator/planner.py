@@ -35,6 +35,8 @@ from generator.topologies import EngineSite, TopologyUnit, topology_unit
 
 __all__ = ["make_plan"]
 
+_DISAGGREGATED_ROLES = (2, 10)  # LWS v0.10.0's DisaggregatedSet: spec.roles' min and max
+
 
 def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
     """``pod_network``: plan for a cluster where each engine is a pod with its own address
@@ -100,6 +102,7 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
         recovery=spec.recovery,
         network=network,
         pod_network=pod_network,
+        kubernetes=spec.kubernetes if pod_network else None,
         rdma=_rdma(spec, slots),
         ucx=resolve_ucx(spec),
         gpu_access=spec.gpu.access,
@@ -115,8 +118,25 @@ def make_plan(spec: Spec, *, pod_network: bool = False) -> Plan:
         ports=book.table(),
         observe=observe,
     )
+    if pod_network:
+        _check_engine_sets(spec, plan)
     warnings = (*collect_warnings(plan, spec), *router_warnings(spec))
     return plan.model_copy(update={"warnings": warnings})
+
+
+def _check_engine_sets(spec: Spec, plan: Plan) -> None:
+    """A DisaggregatedSet holds 2 to 10 roles (LWS v0.10.0's CRD): here one per engine."""
+    if spec.kubernetes.engines != "disaggregatedset":
+        return
+    count = len(plan.engines)
+    if not _DISAGGREGATED_ROLES[0] <= count <= _DISAGGREGATED_ROLES[1]:
+        low, high = _DISAGGREGATED_ROLES
+        raise PlanError(
+            "kubernetes.engines",
+            f"a DisaggregatedSet holds {low} to {high} roles, one per engine; this stack "
+            f"has {count} engines",
+            fix="use kubernetes.engines: statefulsets",
+        )
 
 
 def _rdma(spec: Spec, slots: list[Slot]) -> bool:

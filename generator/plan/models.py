@@ -26,6 +26,7 @@ from generator.spec import (
     DockerAccess,
     GpuAccess,
     ImagesSpec,
+    KubernetesSpec,
     ProcessSpec,
     Profile,
     RecoverySpec,
@@ -209,6 +210,8 @@ class Plan(Frozen):
     # Planned for a cluster's pod network (make_plan's ``pod_network``): bridge addressing, one
     # pod per engine; left out of plan.json when off.
     pod_network: bool = Field(False, exclude_if=lambda value: not value)
+    # What the export makes of the engines: only on a pod network, else left out.
+    kubernetes: KubernetesSpec | None = Field(None, exclude_if=lambda value: value is None)
     rdma: bool  # RDMA devices mapped into engines (KV crosses hosts, or the spec asks)
     ucx: UcxPlan
     gpu_access: GpuAccess

@@ -66,6 +66,7 @@ __all__ = [
     "HostSpec",
     "ImagesSpec",
     "Isolation",
+    "KubernetesSpec",
     "LMCachePDSpec",
     "LMCacheServerSpec",
     "LMCacheSpec",
@@ -606,6 +607,18 @@ class ObserveSpec(StrictModel):
     )
 
 
+class KubernetesSpec(StrictModel):
+    """What the Kubernetes export (render --target kubernetes) makes of the engines; read by
+    it alone."""
+
+    engines: Literal["statefulsets", "disaggregatedset"] = Field(
+        "statefulsets",
+        description="statefulsets: a StatefulSet per engine (a LeaderWorkerSet for an engine "
+        "over several nodes); disaggregatedset: one DisaggregatedSet of LWS v0.10.0 whose "
+        "roles are the engines (2 to 10), rolled out together",
+    )
+
+
 class Spec(StrictModel):
     name: StackName
     description: Text = ""
@@ -632,6 +645,7 @@ class Spec(StrictModel):
     ports: PortBases = Field(default_factory=PortBases)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     observe: ObserveSpec = Field(default_factory=ObserveSpec)
+    kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
 
     @property
     def is_multi_host(self) -> bool:

@@ -32,7 +32,13 @@ from generator.render import RenderedStack, render_stack
 from generator.render.writer import write_rendered
 from generator.serializers.kubernetes import KUSTOMIZATION, KUSTOMIZE_CONFIG
 from generator.serializers.kubernetes.checks import check_objects
-from generator.serializers.kubernetes.templates import LWS_API, LWS_KIND, pod_templates
+from generator.serializers.kubernetes.templates import (
+    DS_API,
+    DS_KIND,
+    LWS_API,
+    LWS_KIND,
+    pod_templates,
+)
 from generator.services.parts import python_check
 from generator.stack import load_spec
 from generator.topologies import topology_of
@@ -44,6 +50,7 @@ CRDS = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-monitoring.coreos.com-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring.coreos.com-v1.json",
     (LWS_API, LWS_KIND): "leaderworkerset-leaderworkerset.x-k8s.io-v1.json.gz",
+    (DS_API, DS_KIND): "disaggregatedset-disaggregatedset.x-k8s.io-v1.json.gz",
 }
 KUSTOMIZE_FILES = {KUSTOMIZATION.name, KUSTOMIZE_CONFIG.name}  # kustomize's input, not objects
 Obj = dict[str, Any]

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from generator.errors import SpecError
+from generator.errors import PlanError, SpecError
 from generator.paths import Workspace
 from generator.plan.models import LWS_LEADER_ADDRESS_REF, LWS_WORKER_INDEX_REF, POD_IP_REF
+from generator.planner import make_plan
 from generator.serializers.kubernetes import KUSTOMIZATION, KUSTOMIZE_CONFIG
 from generator.serializers.kubernetes.checks import check_objects
 from generator.serializers.kubernetes.templates import pod_templates
@@ -242,3 +243,85 @@ def test_the_sets_schema_refuses_what_lws_or_kubernetes_would_not_take(
     assert schema_errors(lws) == []
     breakage(lws)
     assert schema_errors(lws)
+
+
+# kubernetes.engines: disaggregatedset: every engine a role of one DisaggregatedSet.
+DISAGGREGATED = "kubernetes.engines=disaggregatedset"
+SET_STACKS = [
+    pytest.param((*GPU_NODES, DISAGGREGATED), id="gpu-nodes"),
+    pytest.param(("xpyd-mp", DISAGGREGATED), id="gpu"),
+    pytest.param(("cpu-lmcache-pd", DISAGGREGATED), id="cpu-lmcache-pd"),
+]
+
+
+def _disaggregated(objects: list[Obj]) -> Obj:
+    (found,) = [o for o in objects if o["kind"] == "DisaggregatedSet"]
+    return found
+
+
+@pytest.mark.parametrize("stack", SET_STACKS)
+def test_every_engine_is_a_role_of_one_disaggregated_set_that_meets_the_schemas(
+    stack: tuple[str, ...],
+) -> None:
+    plan, rendered = exported(*stack)
+    objects = cluster_objects(rendered)
+    assert [error for obj in objects for error in schema_errors(obj)] == []
+    assert check_objects(objects, pod_gpus(plan)) == []
+    assert not [o for o in objects if o["kind"] in ("StatefulSet", "LeaderWorkerSet")]
+    roles = _disaggregated(objects)["spec"]["roles"]
+    assert [role["name"] for role in roles] == [engine.name for engine in plan.engines]
+    for role in roles:  # every role has replicas (the CRD's CEL rule: all or none)
+        assert role["spec"]["replicas"] == 1
+
+
+def test_a_role_is_the_engines_own_pod_as_its_statefulset_or_leader_worker_set_has_it() -> None:
+    """The set changes how the engines are rolled out, not what they run: a role on one node
+    holds the StatefulSet's pod template (a group of one, restarted in place), a role over
+    several nodes the LeaderWorkerSet's spec."""
+    by_set = {
+        r["name"]: r["spec"]
+        for r in _disaggregated(_objects((*GPU_NODES, DISAGGREGATED)))["spec"]["roles"]
+    }
+    plain = _objects(GPU_NODES)
+    assert by_set["prefill-0"] == _set(plain)["spec"]
+    statefulset = next(o for o in plain if o["kind"] == "StatefulSet")
+    group = by_set["decode-0"]["leaderWorkerTemplate"]
+    assert (group["size"], group["restartPolicy"]) == (1, "None")
+    assert group["workerTemplate"] == statefulset["spec"]["template"]
+    assert "leaderTemplate" not in group  # LWS makes the leader from the worker template
+
+
+def test_kustomize_is_told_where_the_disaggregated_sets_images_are() -> None:
+    _, rendered = exported(*GPU_NODES, DISAGGREGATED)
+    files = documents(rendered)
+    (config,) = files[KUSTOMIZE_CONFIG]
+    ds = _disaggregated(cluster_objects(rendered))
+    images = {c["image"] for _, t in pod_templates(ds) for c in _containers(t).values()}
+    found = {i for spec in config["images"] for i in _walk(ds, spec["path"].split("/"))}
+    assert found == images
+    assert {spec["kind"] for spec in config["images"]} == {"DisaggregatedSet"}
+    assert "replicas" not in config  # per role: an overlay patches them
+
+
+def test_a_disaggregated_set_takes_two_to_ten_engines(workspace: Workspace) -> None:
+    overrides = ["decode.count=10", "cpu.share=true", DISAGGREGATED]
+    spec = load_spec(workspace.stack_file("cpu-1p1d"), overrides)
+    with pytest.raises(PlanError, match="holds 2 to 10 roles, one per engine; this stack has 11"):
+        make_plan(spec, pod_network=True)
+    assert make_plan(spec).kubernetes is None  # compose, process, Slurm: not read
+
+
+def _eleven_roles(ds: Obj) -> None:
+    ds["spec"]["roles"] += [dict(ds["spec"]["roles"][0], name=f"extra-{i}") for i in range(9)]
+
+
+def _role_name_not_a_label(ds: Obj) -> None:
+    ds["spec"]["roles"][0]["name"] = "Prefill_0"
+
+
+@pytest.mark.parametrize("breakage", [_eleven_roles, _role_name_not_a_label])
+def test_the_disaggregated_sets_schema_is_read(breakage: Callable[[Obj], None]) -> None:
+    ds = _disaggregated(_objects(("xpyd-mp", DISAGGREGATED)))
+    assert schema_errors(ds) == []
+    breakage(ds)
+    assert schema_errors(ds)

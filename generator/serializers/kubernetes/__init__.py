@@ -16,7 +16,12 @@ from generator.serializers.kubernetes.monitoring import monitoring_objects
 from generator.serializers.kubernetes.naming import namespace_of
 from generator.serializers.kubernetes.objects import stack_objects
 from generator.serializers.kubernetes.pods import PodOptions
-from generator.serializers.kubernetes.templates import LWS_KIND, pod_templates, worker_instance
+from generator.serializers.kubernetes.templates import (
+    DS_KIND,
+    LWS_KIND,
+    pod_templates,
+    worker_instance,
+)
 from generator.serializers.yaml_text import dump_yaml
 from generator.services.model import Deployment
 
@@ -57,8 +62,9 @@ def kubernetes_files(
     texts = {path: _documents(objects, header) for path, objects in files.items()}
     kustomization = _kustomization(plan, base)
     texts[KUSTOMIZATION] = dump_yaml(kustomization, header=header)
-    if "configurations" in kustomization:
-        texts[KUSTOMIZE_CONFIG] = dump_yaml(_kustomize_config(), header=header)
+    kinds = {o["kind"] for objects in base.values() for o in objects} & set(_GROUP_PATHS)
+    if kinds:
+        texts[KUSTOMIZE_CONFIG] = dump_yaml(_kustomize_config(kinds), header=header)
     monitoring = [path.relative_to(MONITORING) for path in files if MONITORING in path.parents]
     texts[MONITORING / KUSTOMIZATION] = dump_yaml(
         _monitoring_kustomization(plan, monitoring), header=header
@@ -96,28 +102,38 @@ def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
             if "replicas" in o["spec"]  # a Job has none
         ],
     }
-    if any(o["kind"] == LWS_KIND for o in workloads):
+    kinds = {o["kind"] for o in workloads} & set(_GROUP_PATHS)
+    if kinds:
         kustomization["configurations"] = [str(KUSTOMIZE_CONFIG)]
     return kustomization
 
 
-def _kustomize_config() -> dict[str, Any]:
-    """Where kustomize's ``images`` and ``replicas`` find a LeaderWorkerSet's fields: its
-    built-in field lists know the built-in kinds only, and would leave the engines' images
-    and group counts as rendered."""
-    templates = ("leaderTemplate", "workerTemplate")
-    containers = ("containers", "initContainers")
+# Where a set of LWS keeps its pod templates (and a LeaderWorkerSet its group count): kustomize's
+# built-in field lists know the built-in kinds only, and would leave them as rendered.
+_GROUP_PATHS: Final = {
+    LWS_KIND: "spec/leaderWorkerTemplate",
+    DS_KIND: "spec/roles[]/spec/leaderWorkerTemplate",
+}
+
+
+def _kustomize_config(kinds: set[str]) -> dict[str, Any]:
+    """kustomize's ``images`` and ``replicas`` fields of the sets the export has. A
+    DisaggregatedSet's replicas are per role, which kustomize's ``replicas`` (by object
+    name) cannot address: an overlay patches them."""
     images = [
         {
-            "path": f"spec/leaderWorkerTemplate/{template}/spec/{key}[]/image",
-            "kind": LWS_KIND,
+            "path": f"{_GROUP_PATHS[kind]}/{template}/spec/{key}[]/image",
+            "kind": kind,
             "create": False,
         }
-        for template in templates
-        for key in containers
+        for kind in sorted(kinds)
+        for template in ("leaderTemplate", "workerTemplate")
+        for key in ("containers", "initContainers")
     ]
-    replicas = [{"path": "spec/replicas", "kind": LWS_KIND, "create": True}]
-    return {"images": images, "replicas": replicas}
+    config: dict[str, Any] = {"images": images}
+    if LWS_KIND in kinds:
+        config["replicas"] = [{"path": "spec/replicas", "kind": LWS_KIND, "create": True}]
+    return config
 
 
 def _images(workloads: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -54,7 +54,9 @@ Obj = dict[str, Any]
 class PodView:
     """A workload's pod template, as the checks read it."""
 
-    workload: str  # a LeaderWorkerSet's templates: "<name>/leader", "<name>/worker"
+    # a LeaderWorkerSet's templates: "<name>/leader", "<name>/worker"; a DisaggregatedSet's:
+    # "<name>/<role>/leader"
+    workload: str
     labels: dict[str, str]
     containers: list[Obj]  # init containers (sidecars) first
     volumes: list[Obj]
@@ -85,7 +87,7 @@ def _pods(objects: Sequence[Obj]) -> list[PodView]:
             containers = [*spec.get("initContainers", []), *spec.get("containers", [])]
             labels = template.get("metadata", {}).get("labels", {})
             name = obj["metadata"]["name"] + ("" if which == "pod" else f"/{which}")
-            engine = obj["kind"] == "StatefulSet" or which == "leader"
+            engine = obj["kind"] == "StatefulSet" or which.endswith("leader")
             views.append(PodView(name, labels, containers, spec["volumes"], engine))
     return views
 

@@ -31,6 +31,9 @@ from generator.serializers.kubernetes.naming import (
 )
 from generator.serializers.kubernetes.pods import PodOptions, PodPart, pod_spec
 from generator.serializers.kubernetes.templates import (
+    DS_API,
+    DS_KIND,
+    ENGINE_SET,
     LWS_API,
     LWS_KIND,
     lws_name,
@@ -110,6 +113,8 @@ def stack_objects(
     workloads = {pod.name: _workload(plan, pod, options) for pod in pods}
     router = plan.router.service
     engines = [workloads[p.name] for p in pods if _engine(p)]
+    if plan.kubernetes is not None and plan.kubernetes.engines == "disaggregatedset":
+        engines = [_disaggregated_set(plan, [p for p in pods if _engine(p)], options)]
     shared = [workloads[p.name] for p in pods if not _engine(p) and p.name != router]
     files = {
         PurePosixPath("namespace.yaml"): [_namespace(plan.stack)],
@@ -173,26 +178,50 @@ def _workload(plan: Plan, pod: Pod, options: PodOptions) -> dict[str, Any]:
 def _leader_worker_set(
     plan: Plan, pod: Pod, labels: dict[str, str], options: PodOptions
 ) -> dict[str, Any]:
-    """An engine over several nodes: one group of a leader (vLLM's API, node rank 0) and its
-    followers. The group starts together (the leader waits for its followers at its
-    rendezvous, so the workers are created with the leader, not once it is ready) and is
+    meta = _meta(lws_name(pod.name), labels)
+    spec = _group_spec(plan, pod, labels, options)
+    return {"apiVersion": LWS_API, "kind": LWS_KIND, "metadata": meta, "spec": spec}
+
+
+def _group_spec(
+    plan: Plan, pod: Pod, labels: dict[str, str], options: PodOptions
+) -> dict[str, Any]:
+    """An engine as a LeaderWorkerSet's spec, one group. Over several nodes: a leader (vLLM's
+    API, node rank 0) and its followers, started together (the leader waits for its followers
+    at its rendezvous, so the workers are created with the leader, not once it is ready) and
     recreated as a whole when any of its containers restarts: a new node cannot join the
-    others' running group (docs/facts.md, "One engine over two nodes")."""
-    workers = pod.workers
-    assert workers is not None
+    others' running group (docs/facts.md, "One engine over two nodes"). On one node: the
+    leader alone, whose containers restart in place, as a StatefulSet's do."""
+    leader = {"metadata": {"labels": labels}, "spec": _engine_pod_spec(pod, options)}
+    if pod.workers is None:  # LWS makes the leader from the worker template when it has none
+        group = {"size": 1, "restartPolicy": "None", "workerTemplate": leader}
+        return {"replicas": 1, "leaderWorkerTemplate": group}
     role = pod.main.service.role
     worker_labels = pod_labels(plan.stack, worker_role(role), worker_instance(pod.name))
-    leader = pod_spec(pod.main, pod.sidecars, pod.volumes, options)
-    worker = pod_spec(workers.main, workers.sidecars, workers.volumes, options)
+    worker = {"metadata": {"labels": worker_labels}, "spec": _engine_pod_spec(pod.workers, options)}
     group = {
         "size": pod.nodes,
         "restartPolicy": "RecreateGroupOnPodRestart",
-        "leaderTemplate": {"metadata": {"labels": labels}, "spec": leader},
-        "workerTemplate": {"metadata": {"labels": worker_labels}, "spec": worker},
+        "leaderTemplate": leader,
+        "workerTemplate": worker,
     }
-    spec = {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": group}
-    meta = _meta(lws_name(pod.name), labels)
-    return {"apiVersion": LWS_API, "kind": LWS_KIND, "metadata": meta, "spec": spec}
+    return {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": group}
+
+
+def _engine_pod_spec(pod: Pod, options: PodOptions) -> dict[str, Any]:
+    return pod_spec(pod.main, pod.sidecars, pod.volumes, options)
+
+
+def _disaggregated_set(plan: Plan, pods: Sequence[Pod], options: PodOptions) -> dict[str, Any]:
+    """Every engine as a role of one DisaggregatedSet (kubernetes.engines), which rolls them
+    out together: a role per engine, not per side, since each engine has its own ports,
+    configs and Services, as its StatefulSet would."""
+    roles = []
+    for pod in pods:
+        labels = pod_labels(plan.stack, pod.main.service.role, pod.name, engine=True)
+        roles.append({"name": pod.name, "spec": _group_spec(plan, pod, labels, options)})
+    meta = _meta(ENGINE_SET, {STACK_LABEL: plan.stack})
+    return {"apiVersion": DS_API, "kind": DS_KIND, "metadata": meta, "spec": {"roles": roles}}
 
 
 def _services(plan: Plan, pods: Sequence[Pod]) -> Iterator[dict[str, Any]]:
