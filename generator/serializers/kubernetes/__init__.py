@@ -109,7 +109,9 @@ def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
 
 
 # Where a set of LWS keeps its pod templates (and a LeaderWorkerSet its group count): kustomize's
-# built-in field lists know the built-in kinds only, and would leave them as rendered.
+# built-in field lists know the built-in kinds only. Its 4.5.4 refuses a `replicas` entry that
+# names another kind, and finds containers anywhere; the image paths serve kustomize versions
+# that follow only their field lists.
 _GROUP_PATHS: Final = {
     LWS_KIND: "spec/leaderWorkerTemplate",
     DS_KIND: "spec/roles[]/spec/leaderWorkerTemplate",
