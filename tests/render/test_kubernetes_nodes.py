@@ -14,6 +14,7 @@ import pytest
 
 from generator.errors import PlanError, SpecError
 from generator.paths import Workspace
+from generator.plan import Plan
 from generator.plan.models import LWS_LEADER_ADDRESS_REF, LWS_WORKER_INDEX_REF, POD_IP_REF
 from generator.planner import make_plan
 from generator.serializers.kubernetes import KUSTOMIZATION, KUSTOMIZE_CONFIG
@@ -48,9 +49,22 @@ def _objects(stack: tuple[str, ...]) -> list[Obj]:
     return cluster_objects(exported(*stack)[1])
 
 
+def _clean_export(stack: tuple[str, ...]) -> tuple[Plan, list[Obj]]:
+    """The export's objects, each held to its schema and all to our own checks."""
+    plan, rendered = exported(*stack)
+    objects = cluster_objects(rendered)
+    assert [error for obj in objects for error in schema_errors(obj)] == []
+    assert check_objects(objects, pod_gpus(plan)) == []
+    return plan, objects
+
+
+def _only(objects: list[Obj], kind: str) -> Obj:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
 def _set(objects: list[Obj]) -> Obj:
-    (lws,) = [o for o in objects if o["kind"] == "LeaderWorkerSet"]
-    return lws
+    return _only(objects, "LeaderWorkerSet")
 
 
 def _templates(objects: list[Obj]) -> dict[str, Obj]:
@@ -80,10 +94,7 @@ def _env(container: Obj) -> dict[str, Any]:
 def test_an_engine_over_two_nodes_is_one_leader_worker_set_that_meets_the_schemas(
     stack: tuple[str, ...],
 ) -> None:
-    plan, rendered = exported(*stack)
-    objects = cluster_objects(rendered)
-    assert [error for obj in objects for error in schema_errors(obj)] == []
-    assert check_objects(objects, pod_gpus(plan)) == []
+    _, objects = _clean_export(stack)
     lws = _set(objects)
     assert lws["metadata"]["name"] == "prefill-0-nodes"
     assert lws["spec"]["startupPolicy"] == "LeaderCreated"  # the leader waits for its workers
@@ -255,18 +266,14 @@ SET_STACKS = [
 
 
 def _disaggregated(objects: list[Obj]) -> Obj:
-    (found,) = [o for o in objects if o["kind"] == "DisaggregatedSet"]
-    return found
+    return _only(objects, "DisaggregatedSet")
 
 
 @pytest.mark.parametrize("stack", SET_STACKS)
 def test_every_engine_is_a_role_of_one_disaggregated_set_that_meets_the_schemas(
     stack: tuple[str, ...],
 ) -> None:
-    plan, rendered = exported(*stack)
-    objects = cluster_objects(rendered)
-    assert [error for obj in objects for error in schema_errors(obj)] == []
-    assert check_objects(objects, pod_gpus(plan)) == []
+    plan, objects = _clean_export(stack)
     assert not [o for o in objects if o["kind"] in ("StatefulSet", "LeaderWorkerSet")]
     roles = _disaggregated(objects)["spec"]["roles"]
     assert [role["name"] for role in roles] == [engine.name for engine in plan.engines]

@@ -60,9 +60,8 @@ def kubernetes_files(
     header = _header(deployment)
     base = {p: o for p, o in files.items() if MONITORING not in p.parents}
     texts = {path: _documents(objects, header) for path, objects in files.items()}
-    kustomization = _kustomization(plan, base)
-    texts[KUSTOMIZATION] = dump_yaml(kustomization, header=header)
     kinds = {o["kind"] for objects in base.values() for o in objects} & set(_GROUP_PATHS)
+    texts[KUSTOMIZATION] = dump_yaml(_kustomization(plan, base, kinds), header=header)
     if kinds:
         texts[KUSTOMIZE_CONFIG] = dump_yaml(_kustomize_config(kinds), header=header)
     monitoring = [path.relative_to(MONITORING) for path in files if MONITORING in path.parents]
@@ -88,7 +87,9 @@ def _documents(objects: Iterable[dict[str, Any]], header: str) -> str:
     return header + "".join(f"---\n{dump_yaml(obj, blocks=True)}" for obj in objects)
 
 
-def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
+def _kustomization(plan: Plan, base: Files, group_kinds: set[str]) -> dict[str, Any]:
+    """``group_kinds``: the kinds of LWS sets among the objects, which kustomize learns of
+    from KUSTOMIZE_CONFIG."""
     workloads = [o for objects in base.values() for o in objects if any(pod_templates(o))]
     kustomization = {
         "apiVersion": _KUSTOMIZE,
@@ -102,8 +103,7 @@ def _kustomization(plan: Plan, base: Files) -> dict[str, Any]:
             if "replicas" in o["spec"]  # a Job has none
         ],
     }
-    kinds = {o["kind"] for o in workloads} & set(_GROUP_PATHS)
-    if kinds:
+    if group_kinds:
         kustomization["configurations"] = [str(KUSTOMIZE_CONFIG)]
     return kustomization
 

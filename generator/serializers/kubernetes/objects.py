@@ -110,12 +110,14 @@ def stack_objects(
 ) -> dict[PurePosixPath, list[dict[str, Any]]]:
     """Each file of the export's base and its objects (``kustomization.yaml`` aside)."""
     pods = stack_pods(plan, deployment)
-    workloads = {pod.name: _workload(plan, pod, options) for pod in pods}
+    engine_pods = [p for p in pods if _engine(p)]
+    workloads = {p.name: _workload(plan, p, options) for p in pods if not _engine(p)}
     router = plan.router.service
-    engines = [workloads[p.name] for p in pods if _engine(p)]
     if plan.kubernetes is not None and plan.kubernetes.engines == "disaggregatedset":
-        engines = [_disaggregated_set(plan, [p for p in pods if _engine(p)], options)]
-    shared = [workloads[p.name] for p in pods if not _engine(p) and p.name != router]
+        engines = [_disaggregated_set(plan, engine_pods, options)]
+    else:
+        engines = [_workload(plan, p, options) for p in engine_pods]
+    shared = [workload for name, workload in workloads.items() if name != router]
     files = {
         PurePosixPath("namespace.yaml"): [_namespace(plan.stack)],
         PurePosixPath("configmaps.yaml"): [_config_map(c) for p in pods for c in p.configs],
@@ -126,7 +128,7 @@ def stack_objects(
         PurePosixPath("rbac.yaml"): discovery_objects(plan),
         PurePosixPath("verdict.yaml"): verdict_objects(plan, deployment),
     }
-    if _claims(workloads.values(), options.model_cache_claim):
+    if _claims([*engines, *workloads.values()], options.model_cache_claim):
         files[PurePosixPath("storage.yaml")] = [_model_cache_claim(options)]
     return {path: objects for path, objects in files.items() if objects}
 
