@@ -78,6 +78,11 @@ _HF_TOKEN_PATH = "/run/secrets/hf_token"  # a secret, never an env value
 START_LOCKS = "start-locks"  # the volume of shared GPUs' start locks (compose; every stack's)
 _START_LOCKS_DIR = "/run/xpyd/start-locks"
 NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the images' NIXL patch reads it
+# A one-process CPU engine's worker in its engine core's process (vLLM's uni executor, as on
+# one GPU): vLLM's CPU platform swaps it for a worker process of its own, one more vLLM import
+# (~6 s of a core), only while this is 1. AsyncLLM keeps its engine core in a process of its
+# own either way. Measured: ready in 22.5-23.5 s against 29.1 s on one core (docs/facts.md).
+IN_PROCESS_WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def engine_service(
@@ -329,8 +334,10 @@ def _engine_env(plan: Plan, engine: EnginePlan) -> dict[str, str]:
         # default route, and a node without one says 0.0.0.0: measured under Slurm, the
         # leader then waited for its follower forever after loading the weights.
         env["VLLM_HOST_IP"] = POD_IP_REF if plan.pod_network else engine.address
-    env |= _nixl_idle_env(plan)
-    return env | topology_of(plan).engine_env(plan, engine) | engine.extra_env
+    env |= _nixl_idle_env(plan) | topology_of(plan).engine_env(plan, engine)
+    if plan.profile is Profile.CPU and engine.tp == 1 and engine.nodes == 1:
+        env |= IN_PROCESS_WORKER_ENV  # over lmcache-pd's 1 (its example's, for GPUs)
+    return env | engine.extra_env
 
 
 def _nixl_idle_env(plan: Plan) -> dict[str, str]:

@@ -37,5 +37,5 @@ def main(model: str) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
-if __name__ == "__main__":  # vLLM spawns its engine core: this file is re-imported there
+if __name__ == "__main__":  # where vLLM spawns an engine core, this file is re-imported there
     main(sys.argv[1])

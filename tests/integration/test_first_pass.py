@@ -21,7 +21,8 @@ pytestmark = pytest.mark.docker
 
 
 def run_first_passes(image: str, *, keep_pth: bool = True) -> subprocess.CompletedProcess[str]:
-    """One engine (as an engine service runs it: one pinned core, 1 GiB /dev/shm)."""
+    """One engine (as an engine service runs it: one pinned core, 1 GiB /dev/shm, its worker
+    in-process), here with its engine core in-process too: one vLLM import, not two."""
     drop = (
         ""
         if keep_pth
@@ -30,7 +31,8 @@ def run_first_passes(image: str, *, keep_pth: bool = True) -> subprocess.Complet
     return subprocess.run(
         [
             "docker", "run", "--rm", "--shm-size", "1g", "--cpuset-cpus", "0",
-            "-e", "VLLM_CPU_OMP_THREADS_BIND=0", "-e", "HF_HUB_OFFLINE=1", "--network", "none",
+            "-e", "VLLM_CPU_OMP_THREADS_BIND=0", "-e", "VLLM_ENABLE_V1_MULTIPROCESSING=0",
+            "-e", "HF_HUB_OFFLINE=1", "--network", "none",
             "-v", f"{SCRIPT}:/opt/xpyd/first_pass.py:ro",
             image, "sh", "-c", f"{drop}exec python3 /opt/xpyd/first_pass.py {MODEL}",
         ],

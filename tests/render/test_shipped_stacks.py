@@ -207,6 +207,26 @@ def test_cpu_stack_pins_each_engine_to_its_own_core(workspace: Workspace) -> Non
     assert services["router"]["ports"][0] == "30000:30000"
 
 
+def test_one_process_cpu_engines_keep_their_worker_in_process(workspace: Workspace) -> None:
+    """A CPU engine of one process runs its worker in its engine core (one vLLM import fewer),
+    lmcache-pd's too (its example's 1 is for GPUs); an engine over several processes, and
+    every GPU engine, keeps vLLM's own executor choice."""
+
+    def multiprocessing(stack: str, service: str, *overrides: str) -> str | None:
+        plan = make_plan(load_spec(workspace.stack_file(stack), list(overrides)))
+        hosts = render_stack(plan, workspace).deployment.hosts
+        (env,) = (s.env for host in hosts for s in host.services if s.name == service)
+        return env.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+
+    for stack in ("cpu-1p1d", "cpu-lmcache-pd", "cpu-faults", "cpu-slurm"):
+        assert {multiprocessing(stack, e) for e in ("prefill-0", "decode-0")} == {"0"}, stack
+    two_nodes = ("prefill.nodes=2", "prefill.tp=2", "cpu.share=true")
+    assert multiprocessing("cpu-slurm", "decode-0", *two_nodes) == "0"
+    assert multiprocessing("cpu-slurm", "prefill-0", *two_nodes) is None
+    assert multiprocessing("xpyd-1gpu", "prefill-0") is None
+    assert multiprocessing("xpyd-lmcache-1gpu", "prefill-0") == "1"
+
+
 def test_multi_host_stacks_render_one_project_per_host(workspace: Workspace) -> None:
     a, b = (
         compose(workspace, "xpyd-mp-2host", "gpu-a"),
