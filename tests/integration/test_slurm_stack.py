@@ -199,6 +199,7 @@ def test_bench_against_colocated_in_the_same_job_then_nothing_is_left(
     services are down; the bench then ends the job."""
     run_id = f"{RUN}-bench"
     bench = ["--baseline", "colocated", "--num-prompts", "4", "--run-id", run_id, *OBSERVED]
+    bench += ["--idle-window-s", "4"]  # two looks at each arm's idle CPU, not bench's five
     bench += TWO_NODES
     result = slurm_cli(cluster, "bench", STACK, *cpu_pythons, *bench, root=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
