@@ -38,6 +38,7 @@ from generator.probes.readiness import (  # noqa: E402
 )
 from generator.routers import router_of  # noqa: E402
 from generator.services.commands import engine_command  # noqa: E402
+from generator.services.parts import IN_PROCESS_WORKER_ENV  # noqa: E402
 from generator.stack import load_spec  # noqa: E402
 from generator.topologies import topology_of  # noqa: E402
 
@@ -237,6 +238,7 @@ def run_bare() -> tuple[float, int]:
                 **base_env,
                 "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, engine.cpus)),
                 **topology_of(plan).engine_env(plan, engine),
+                **IN_PROCESS_WORKER_ENV,  # as the containers run them (one process each)
                 "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",  # bare processes: all on loopback
                 "UCX_NET_DEVICES": "all",
             }
