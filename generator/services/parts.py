@@ -81,7 +81,8 @@ NIXL_PTHR_DELAY_ENV = "XPYD_NIXL_PTHR_DELAY_US"  # the images' NIXL patch reads 
 # A one-process CPU engine's worker in its engine core's process (vLLM's uni executor, as on
 # one GPU): vLLM's CPU platform swaps it for a worker process of its own, one more vLLM import
 # (~6 s of a core), only while this is 1. AsyncLLM keeps its engine core in a process of its
-# own either way. Measured: ready in 22.5-23.5 s against 29.1 s on one core (docs/facts.md).
+# own either way. Measured: ready in 22.5-23.5 s against 29.1 s on one AMD EPYC core
+# (docs/facts.md).
 IN_PROCESS_WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 

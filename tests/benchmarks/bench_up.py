@@ -238,7 +238,7 @@ def run_bare() -> tuple[float, int]:
                 **base_env,
                 "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, engine.cpus)),
                 **topology_of(plan).engine_env(plan, engine),
-                **IN_PROCESS_WORKER_ENV,  # as the containers run them (one process each)
+                **IN_PROCESS_WORKER_ENV,  # each worker in its engine core's process, as in the containers
                 "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",  # bare processes: all on loopback
                 "UCX_NET_DEVICES": "all",
             }

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.docker
 
 def run_first_passes(image: str, *, keep_pth: bool = True) -> subprocess.CompletedProcess[str]:
     """One engine (as an engine service runs it: one pinned core, 1 GiB /dev/shm, its worker
-    in-process), here with its engine core in-process too: one vLLM import, not two."""
+    in-process), here with its engine core in-process too: one vLLM import (a service has two)."""
     drop = (
         ""
         if keep_pth
